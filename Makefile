@@ -1,0 +1,63 @@
+# Two commands do all set-up: `make book` and `make test` (see README.md).
+# Both create .venv when it is missing and reinstall only when a requirements file changed.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pip prints one harmless line per package about the mirror layout; hide those.
+QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
+CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
+
+.PHONY: help setup test lint pytest book book-only notebooks colab-cells bench clean
+
+help:
+	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
+	@echo "make test       set up .venv if needed, ruff, pytest (unit + doctest + nbval), book build"
+	@echo "make notebooks  re-execute every chapter in place (after changing a module)"
+	@echo "make colab-cells  rewrite each chapter's first cell from _config.yml's repository"
+	@echo "make bench      run the scripts in benchmarks/"
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing pinned dependencies into $(VENV) (once; later runs reuse it)"
+	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt 2>&1 | $(QUIET_PIP)
+	$(BIN)/python -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+
+pytest: setup
+	MPLBACKEND=Agg $(BIN)/python -m pytest
+
+book-only: setup
+	$(BIN)/jupyter-book build . --all -W --keep-going
+	$(BIN)/python tests/check_built_book.py _build/html
+
+book: book-only
+	@echo "Open file://$(CURDIR)/_build/html/index.html"
+
+test: lint pytest book-only
+	@echo "make test: all checks passed"
+
+notebooks: setup
+	for nb in $(if $(NB),$(NB),$(CHAPTERS)); do \
+	  echo "executing $$nb"; \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=1200 "$$nb"; \
+	done
+
+colab-cells: setup
+	$(BIN)/python tests/colab_cell.py --write $(CHAPTERS)
+
+bench: setup
+	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python "$$script"; done
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache

@@ -1,0 +1,54 @@
+"""The first cell of every chapter: on Colab it installs vit_tutorial, elsewhere it does nothing.
+
+The repository it installs from is read from ``_config.yml`` (the one place to change
+when publishing). ``python tests/colab_cell.py --write book/*.ipynb`` (``make colab-cells``)
+rewrites the cell; ``tests/test_book.py`` fails when a chapter's cell has drifted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repository() -> tuple[str, str]:
+    """``(url, branch)`` of the repository named in ``_config.yml``."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return config["repository"]["url"], config["repository"].get("branch", "main")
+
+
+def colab_cell_source() -> str:
+    url, branch = repository()
+    return (
+        "# Colab only: install vit_tutorial from the repository. Elsewhere this cell does nothing.\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    %pip install -q "vit_tutorial[data] @ git+{url}@{branch}"'
+    )
+
+
+def write(path: Path) -> bool:
+    """Rewrite the first cell of notebook ``path``; True when it changed."""
+    nb = json.loads(path.read_text())
+    cell = nb["cells"][0]
+    if cell["cell_type"] != "code":
+        raise ValueError(f"{path}: the first cell must be the Colab install cell (a code cell)")
+    new = colab_cell_source()
+    if "".join(cell["source"]) == new:
+        return False
+    cell["source"] = new.splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return True
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", nargs="+", type=Path, required=True, metavar="NOTEBOOK")
+    for notebook in parser.parse_args().write:
+        print(f"{notebook}: {'updated' if write(notebook) else 'already current'}")
