@@ -34,7 +34,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 pytest: setup
-	MPLBACKEND=Agg $(BIN)/python -m pytest
+	$(BIN)/python -m pytest
 
 book-only: setup
 	$(BIN)/jupyter-book build . --all -W --keep-going
@@ -47,11 +47,7 @@ test: lint pytest book-only
 	@echo "make test: all checks passed"
 
 notebooks: setup
-	for nb in $(if $(NB),$(NB),$(CHAPTERS)); do \
-	  echo "executing $$nb"; \
-	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=1200 "$$nb"; \
-	done
+	$(BIN)/python tests/execute_notebooks.py $(if $(NB),$(NB),$(CHAPTERS))
 
 colab-cells: setup
 	$(BIN)/python tests/colab_cell.py --write $(CHAPTERS)

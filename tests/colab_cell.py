@@ -40,9 +40,12 @@ def write(path: Path) -> bool:
     if cell["cell_type"] != "code":
         raise ValueError(f"{path}: the first cell must be the Colab install cell (a code cell)")
     new = colab_cell_source()
-    if "".join(cell["source"]) == new:
+    tags = cell.setdefault("metadata", {}).get("tags", [])
+    if "".join(cell["source"]) == new and "remove-cell" in tags:
         return False
     cell["source"] = new.splitlines(keepends=True)
+    # Colab shows the cell; the rendered book leaves it out (the intro explains it).
+    cell["metadata"]["tags"] = sorted(set(tags) | {"remove-cell"})
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return True
 

@@ -152,7 +152,7 @@ def test_rope_hook_is_applied_to_queries_and_keys():
     attn = MultiHeadSelfAttention(16, 2).eval()
     x = torch.randn(1, 4, 16)
     torch.testing.assert_close(attn(x, rope=lambda t: t), attn(x))
-    # Negating both q and k leaves q·k unchanged; negating only makes no sense, so scale.
+    # Negating both q and k leaves every q·k unchanged; scaling both changes the scores.
     torch.testing.assert_close(attn(x, rope=lambda t: -t), attn(x), atol=1e-6, rtol=0)
     assert not torch.allclose(attn(x, rope=lambda t: 3 * t), attn(x))
 

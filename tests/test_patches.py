@@ -1,0 +1,218 @@
+"""Tests for vit_tutorial/patches.py and its exercise checkers."""
+
+import pytest
+import torch
+from einops import rearrange
+from torch import nn
+
+from vit_tutorial.exercises import check_image_to_patches, check_patch_embedding
+from vit_tutorial.patches import PatchEmbedding, image_to_patches, pair, patches_to_image
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --- pair ------------------------------------------------------------------------------------
+
+
+def test_pair():
+    assert pair(16) == (16, 16)
+    assert pair((12, 8)) == (12, 8)
+    assert pair([3, 5]) == (3, 5)
+
+
+@pytest.mark.parametrize("bad", [1.5, (1, 2, 3), "16", (16, 8.0), True])
+def test_pair_rejects_non_ints(bad):
+    with pytest.raises(TypeError, match="expected an int or an"):
+        pair(bad)
+
+
+# --- image_to_patches / patches_to_image --------------------------------------------------
+
+
+def test_patch_order_is_row_major_and_channel_fastest():
+    images = torch.arange(2 * 3 * 4 * 6.0).reshape(2, 3, 4, 6)  # B=2, C=3, H=4, W=6
+    patches = image_to_patches(images, 2)  # grid 2×3, patch vectors of 2·2·3 = 12
+    assert patches.shape == (2, 6, 12)
+    for b in range(2):
+        for n in range(6):
+            r, c = divmod(n, 3)  # row-major: token n is grid row n // Gw, column n % Gw
+            block = images[b, :, 2 * r:2 * r + 2, 2 * c:2 * c + 2]  # (C, P, P)
+            torch.testing.assert_close(patches[b, n], block.permute(1, 2, 0).flatten())
+    # channel fastest: the first three numbers are R, G, B of the top-left pixel
+    assert patches[0, 0, :3].tolist() == images[0, :, 0, 0].tolist()
+
+
+def test_non_square_images_and_patches():
+    images = torch.randn(2, 3, 12, 20)
+    patches = image_to_patches(images, (4, 5))
+    assert patches.shape == (2, 3 * 4, 4 * 5 * 3)
+    torch.testing.assert_close(patches[0, 5], images[0, :, 4:8, 5:10].permute(1, 2, 0).flatten())
+    assert torch.equal(patches_to_image(patches, (4, 5), (12, 20)), images)
+
+
+def test_matches_torch_unfold_up_to_the_documented_order():
+    images = torch.randn(2, 3, 32, 48)
+    unfolded = nn.functional.unfold(images, kernel_size=16, stride=16)  # (B, C·P·P, N)
+    ref = rearrange(unfolded, "b (c p1 p2) n -> b n (p1 p2 c)", c=3, p1=16)
+    assert torch.equal(image_to_patches(images, 16), ref)
+
+
+@pytest.mark.parametrize("size", [(8, 8), (8, 12), (16, 4)])
+def test_round_trip(size):
+    images = torch.randn(3, 2, *size)
+    assert torch.equal(patches_to_image(image_to_patches(images, 4), 4, size), images)
+    patches = torch.randn(3, (size[0] // 4) * (size[1] // 4), 4 * 4 * 2)
+    assert torch.equal(image_to_patches(patches_to_image(patches, 4, size), 4), patches)
+
+
+def test_image_to_patches_errors():
+    with pytest.raises(ValueError, match=r"image size \(225, 224\) is not divisible by patch size "
+                                         r"\(16, 16\).*225 / 16 = 14\.0625.*\(224, 224\)"):
+        image_to_patches(torch.randn(1, 3, 225, 224), 16)
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\), got 3-D \(3, 32, 32\)"):
+        image_to_patches(torch.randn(3, 32, 32), 16)
+    with pytest.raises(ValueError, match=r"sizes must be positive.*\(0, 16\)"):
+        image_to_patches(torch.randn(1, 3, 32, 32), (0, 16))
+
+
+def test_patches_to_image_errors():
+    with pytest.raises(ValueError, match=r"\(2, 5, 48\) do not fit image size \(8, 8\).*N = 2·2 = 4"):
+        patches_to_image(torch.randn(2, 5, 48), 4, 8)
+    with pytest.raises(ValueError, match=r"width divisible by 4·4 = 16"):
+        patches_to_image(torch.randn(2, 4, 40), 4, 8)
+    with pytest.raises(ValueError, match=r"got 2-D \(4, 48\)"):
+        patches_to_image(torch.randn(4, 48), 4, 8)
+    with pytest.raises(ValueError, match=r"\(10, 8\) is not divisible by patch size \(4, 4\)"):
+        patches_to_image(torch.randn(1, 4, 48), 4, (10, 8))
+
+
+# --- PatchEmbedding ------------------------------------------------------------------------------
+
+
+def test_attributes():
+    embed = PatchEmbedding(image_size=(224, 160), patch_size=(16, 8), in_channels=1, dim=32)
+    assert embed.image_size == (224, 160) and embed.patch_size == (16, 8)
+    assert embed.grid_size == (14, 20) and embed.num_patches == 280
+    assert embed.proj.weight.shape == (32, 1, 16, 8)
+    assert embed.proj.stride == (16, 8) and embed.proj.kernel_size == (16, 8)
+    assert embed(torch.randn(2, 1, 224, 160)).shape == (2, 280, 32)
+
+
+@pytest.mark.parametrize(("image_size", "patch_size"), [(224, 16), (64, 32), ((48, 80), (16, 8))])
+def test_conv_equals_cut_flatten_and_linear(image_size, patch_size):
+    embed = PatchEmbedding(image_size, patch_size, in_channels=3, dim=24)
+    linear = nn.Linear(embed.linear_weight().shape[1], 24)
+    with torch.no_grad():
+        linear.weight.copy_(embed.linear_weight())
+        linear.bias.copy_(embed.proj.bias)
+    images = torch.randn(2, 3, *pair(image_size))
+    torch.testing.assert_close(embed(images), linear(image_to_patches(images, patch_size)),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_matches_timm_patch_embed():
+    timm_layers = pytest.importorskip("timm.layers")
+    ours = PatchEmbedding(64, 16, in_channels=3, dim=48)
+    ref = timm_layers.PatchEmbed(img_size=64, patch_size=16, in_chans=3, embed_dim=48)
+    ref.load_state_dict(ours.state_dict())  # same keys: proj.weight, proj.bias
+    images = torch.randn(2, 3, 64, 64)
+    torch.testing.assert_close(ours(images), ref(images), atol=1e-6, rtol=0)
+    assert ours.grid_size == tuple(ref.grid_size) and ours.num_patches == ref.num_patches
+
+
+def test_no_bias():
+    embed = PatchEmbedding(32, 16, dim=8, bias=False)
+    assert embed.proj.bias is None
+    assert sum(p.numel() for p in embed.parameters()) == 8 * 3 * 16 * 16
+
+
+def test_gradients_reach_weights_and_pixels():
+    embed = PatchEmbedding(32, 16, dim=8)
+    images = torch.randn(2, 3, 32, 32, requires_grad=True)
+    embed(images).square().sum().backward()
+    assert embed.proj.weight.grad.abs().sum() > 0 and embed.proj.bias.grad.abs().sum() > 0
+    assert (images.grad != 0).float().mean() > 0.99
+
+
+def test_tokens_only_see_their_own_patch():
+    embed = PatchEmbedding(32, 16, dim=8)
+    images = torch.randn(1, 3, 32, 32)
+    changed = images.clone()
+    changed[..., 16:, :16] += 1.0  # only the bottom-left patch (token 2)
+    moved = (embed(changed) - embed(images)).abs().amax(-1)[0]
+    assert moved.nonzero().flatten().tolist() == [2]
+
+
+def test_strict_and_dynamic_image_size():
+    embed = PatchEmbedding(32, 8, dim=8)
+    with pytest.raises(ValueError, match=r"expected image size \(32, 32\), got \(48, 32\)"):
+        embed(torch.randn(1, 3, 48, 32))
+    embed.strict_image_size = False
+    assert embed(torch.randn(1, 3, 48, 32)).shape == (1, 24, 8)
+    assert embed.grid_size_for((48, 32)) == (6, 4)
+    with pytest.raises(ValueError, match=r"\(50, 32\) is not divisible by patch size \(8, 8\)"):
+        embed(torch.randn(1, 3, 50, 32))  # non-divisible sizes always raise
+    dynamic = PatchEmbedding(32, 8, dim=8, strict_image_size=False)
+    assert dynamic(torch.randn(1, 3, 16, 64)).shape == (1, 16, 8)
+
+
+def test_patch_embedding_errors():
+    with pytest.raises(ValueError, match=r"image size \(224, 200\) is not divisible by patch size "
+                                         r"\(16, 16\).*200 / 16 = 12\.5"):
+        PatchEmbedding((224, 200), 16)
+    embed = PatchEmbedding(32, 16, in_channels=3, dim=8)
+    with pytest.raises(ValueError, match=r"expected 3 input channels, got 1 .*\(2, 1, 32, 32\)"):
+        embed(torch.randn(2, 1, 32, 32))
+    with pytest.raises(ValueError, match=r"expected image size \(32, 32\), got \(64, 64\)"):
+        embed(torch.randn(2, 3, 64, 64))
+    with pytest.raises(ValueError, match=r"got 3-D \(3, 32, 32\)"):
+        embed(torch.randn(3, 32, 32))
+
+
+# --- the exercise checkers ------------------------------------------------------------------
+
+
+def test_check_image_to_patches_accepts_the_package(capsys):
+    check_image_to_patches(image_to_patches)
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", r"\(c p1 p2\).*channel"),
+        ("b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)", "column-major"),
+        ("b c (gh p1) (gw p2) -> b (gh gw) (p2 p1 c)", r"transposed"),
+        ("b c (p1 gh) (p2 gw) -> b (gh gw) (p1 p2 c)", "strided"),
+    ],
+)
+def test_check_image_to_patches_explains_each_mistake(pattern, message):
+    def wrong(images, patch_size):
+        p1, p2 = pair(patch_size)
+        return rearrange(images, pattern, p1=p1, p2=p2)
+
+    with pytest.raises(AssertionError, match=message):
+        check_image_to_patches(wrong)
+
+
+def test_check_image_to_patches_other_mistakes():
+    with pytest.raises(AssertionError, match=r"must have shape \(2, 6, 48\)"):
+        check_image_to_patches(lambda images, p: images.flatten(2))
+    with pytest.raises(AssertionError, match=r"crashed.*\(12, 16\), patch size \(4, 8\).*Zero"):
+        check_image_to_patches(lambda images, p: image_to_patches(images, p)
+                               if isinstance(p, int) else 1 / 0)  # fails on non-square patches
+
+
+def test_check_patch_embedding_accepts_a_correct_solution(capsys):
+    check_patch_embedding(lambda conv: rearrange(conv.weight, "d c p1 p2 -> d (p1 p2 c)"))
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_check_patch_embedding_explains_the_layout_mistake():
+    with pytest.raises(AssertionError, match=r"\(c p1 p2\)"):
+        check_patch_embedding(lambda conv: conv.weight.flatten(1))
+    with pytest.raises(AssertionError, match=r"shape \(8, 48\)"):
+        check_patch_embedding(lambda conv: conv.weight)
