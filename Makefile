@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
 
-.PHONY: help setup test lint pytest book book-only notebooks colab-cells bench clean
+.PHONY: help setup test lint pytest book book-only notebooks colab-cells bench lock clean
 
 help:
 	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
@@ -20,6 +20,7 @@ help:
 	@echo "make notebooks  re-execute every chapter in place (after changing a module)"
 	@echo "make colab-cells  rewrite each chapter's first cell from _config.yml's repository"
 	@echo "make bench      run the scripts in benchmarks/"
+	@echo "make lock       rewrite constraints.txt with the exact versions in .venv"
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +55,11 @@ colab-cells: setup
 
 bench: setup
 	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python "$$script"; done
+
+# Rewrite constraints.txt from what .venv holds (after adding or upgrading a dependency).
+lock: setup
+	{ sed -n '/^# /p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e'; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache

@@ -1,0 +1,319 @@
+"""Axial attention: attend along each column, then along each row (chapter 7).
+
+Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` tokens compares every token
+with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial attention (Ho et al. 2019, Wang et al.
+2020) splits it in two layers: in the **height** layer a token attends only to the tokens
+of its column, in the **width** layer only to those of its row. Each layer costs
+``O(N·Gh)`` or ``O(N·Gw)``, that is ``O(N·√N)`` on a square grid, and after both every
+token has heard from every other one (through the token where its row meets the other
+token's column).
+
+:class:`AxialAttention` is :class:`~vit_tutorial.attention.MultiHeadSelfAttention` with
+the other axis folded into the batch, so it has the same parameters and the same fused and
+explicit paths. :class:`AxialViT` stacks :class:`AxialEncoderBlock` s and, having no class
+token, averages the tokens. :func:`attention_flops` counts what a layer costs;
+:func:`vit_tutorial.measure.peak_memory` and :func:`vit_tutorial.measure.median_seconds`
+measure it on the CPU.
+Shapes: B batch, Gh×Gw patch grid, N = Gh·Gw tokens, D model width, h heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.encoder import MLP, DropPath
+from vit_tutorial.patches import PatchEmbedding, pair
+from vit_tutorial.positional import LearnedPositionalEmbedding, sinusoidal_2d
+from vit_tutorial.vit import _init_weights
+
+__all__ = ["AxialAttention", "AxialEncoderBlock", "AxialViTConfig", "AxialViT", "axial_mask",
+           "attention_flops"]
+
+AXES = ("height", "width")
+# einops patterns folding the other axis into the batch: one sequence per column (height)
+# or per row (width), and back.
+_FOLD = {"height": "b gh gw d -> (b gw) gh d", "width": "b gh gw d -> (b gh) gw d"}
+_UNFOLD = {"height": "(b gw) gh d -> b gh gw d", "width": "(b gh) gw d -> b gh gw d"}
+
+
+def _check_axis(axis: str) -> None:
+    if axis not in AXES:
+        raise ValueError(f"axis must be 'height' (attend along columns) or 'width' (along "
+                         f"rows), got {axis!r}")
+
+
+class AxialAttention(MultiHeadSelfAttention):
+    """Multi-head self-attention along one axis of a ``(B, Gh, Gw, D)`` grid of tokens.
+
+    With ``axis='height'`` each token attends to the ``Gh`` tokens of its column; with
+    ``axis='width'``, to the ``Gw`` tokens of its row. The layer is a
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (same parameters, same
+    ``fused`` switch) applied to ``B·Gw`` columns or ``B·Gh`` rows as a batch of short
+    sequences; it equals full attention over the flattened grid with the mask
+    :func:`axial_mask`.
+
+    Args:
+        dim: model width D.
+        num_heads: number of heads h; ``dim`` must be divisible by it.
+        axis: ``'height'`` or ``'width'``.
+        qkv_bias: whether the query/key/value projection has a bias.
+        attn_dropout: dropout on the attention weights.
+        proj_dropout: dropout after the output projection.
+
+    Example:
+        >>> attn = AxialAttention(dim=32, num_heads=4, axis="height")
+        >>> attn(torch.randn(2, 6, 9, 32)).shape  # a 6×9 grid keeps its layout
+        torch.Size([2, 6, 9, 32])
+    """
+
+    def __init__(self, dim: int, num_heads: int, axis: str, qkv_bias: bool = True,
+                 attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
+        _check_axis(axis)
+        super().__init__(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
+        self.axis = axis
+
+    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend along ``self.axis``.
+
+        Args:
+            x: a grid of tokens, shape ``(B, Gh, Gw, D)``.
+            return_attention: also return the weights, shape ``(B, Gw, h, Gh, Gh)``
+                (one matrix per column) for ``'height'`` or ``(B, Gh, h, Gw, Gw)`` (one
+                per row) for ``'width'``.
+
+        Returns:
+            The output ``(B, Gh, Gw, D)``, or ``(out, weights)``.
+        """
+        if x.dim() != 4:
+            raise ValueError(f"expected a grid of tokens of shape (B, Gh, Gw, D), got "
+                             f"{x.dim()}-D {tuple(x.shape)}")
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"expected last dimension dim={self.dim}, got {x.shape[-1]} "
+                             f"(x is {tuple(x.shape)})")
+        B = x.shape[0]
+        lines = rearrange(x, _FOLD[self.axis])  # (B·Gw, Gh, D) or (B·Gh, Gw, D)
+        out = super().forward(lines, return_attention=return_attention)
+        if not return_attention:
+            return rearrange(out, _UNFOLD[self.axis], b=B)  # (B, Gh, Gw, D)
+        out, weights = out
+        weights = rearrange(weights, "(b g) h n m -> b g h n m", b=B)  # per column or row
+        return rearrange(out, _UNFOLD[self.axis], b=B), weights
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_heads={self.num_heads}, axis={self.axis!r}"
+
+
+class AxialEncoderBlock(nn.Module):
+    """A pre-norm encoder block for a grid: height attention, width attention, MLP.
+
+    .. code-block:: text
+
+        x = x + DropPath(HeightAttention(LN(x)))
+        x = x + DropPath(WidthAttention(LN(x)))
+        x = x + DropPath(MLP(LN(x)))
+
+    After one block every token depends on every other token of the grid.
+
+    Args:
+        dim: model width D.
+        num_heads: attention heads h (in each of the two attention layers).
+        mlp_ratio: MLP hidden width as a multiple of D.
+        qkv_bias: bias in the query/key/value projections.
+        dropout: dropout after the attention projections and inside the MLP.
+        attn_dropout: dropout on the attention weights.
+        drop_path: stochastic-depth probability of each residual branch.
+        norm_eps: the LayerNorm epsilon.
+
+    Example:
+        >>> AxialEncoderBlock(dim=32, num_heads=4)(torch.randn(2, 4, 6, 32)).shape
+        torch.Size([2, 4, 6, 32])
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
+                 norm_eps: float = 1e-6) -> None:
+        super().__init__()
+        if mlp_ratio <= 0:
+            raise ValueError(f"mlp_ratio must be positive, got {mlp_ratio}")
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn_height = AxialAttention(dim, num_heads, "height", qkv_bias, attn_dropout, dropout)
+        self.drop_path1 = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn_width = AxialAttention(dim, num_heads, "width", qkv_bias, attn_dropout, dropout)
+        self.drop_path2 = DropPath(drop_path)
+        self.norm3 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
+        self.drop_path3 = DropPath(drop_path)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the block to a grid of tokens ``(B, Gh, Gw, D)``; same shape out."""
+        x = x + self.drop_path1(self.attn_height(self.norm1(x)))
+        x = x + self.drop_path2(self.attn_width(self.norm2(x)))
+        return x + self.drop_path3(self.mlp(self.norm3(x)))
+
+
+@dataclasses.dataclass
+class AxialViTConfig:
+    """Every choice that defines an :class:`AxialViT` (defaults: ViT-B/16 sizes).
+
+    The fields mean what they mean in :class:`~vit_tutorial.vit.ViTConfig`; ``depth``
+    counts :class:`AxialEncoderBlock` s, and ``pos_embed`` is ``'learned'`` or
+    ``'sincos2d'`` (fixed). There is no ``pool`` field: the model always averages the
+    tokens. ``dataclasses.asdict(config)`` goes into checkpoints; invalid values raise
+    ``ValueError``.
+    """
+
+    image_size: int | tuple[int, int] = 224
+    patch_size: int | tuple[int, int] = 16
+    in_channels: int = 3
+    num_classes: int = 1000
+    dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drop_path: float = 0.0
+    pos_embed: str = "learned"
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.pos_embed not in ("learned", "sincos2d"):
+            raise ValueError(f"pos_embed must be 'learned' or 'sincos2d', got {self.pos_embed!r}")
+        for name in ("num_classes", "in_channels", "dim", "depth", "num_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("dropout", "attn_dropout", "drop_path"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+class AxialViT(nn.Module):
+    """A Vision Transformer whose blocks are :class:`AxialEncoderBlock` s.
+
+    .. code-block:: text
+
+        images (B, C, H, W) -> PatchEmbedding -> (B, N, D) -> + position -> (B, Gh, Gw, D)
+          -> AxialEncoderBlock × depth -> mean over the grid -> LayerNorm -> Linear -> logits
+
+    **No class token.** A class token is not on the grid, so it has no row or column to
+    attend along; it would need its own global attention (``O(N)`` per layer, cheap, but a
+    third kind of layer). This model averages the tokens instead, as ViT does with
+    ``pool='mean'``; after one block every token has seen the whole image, so the average
+    does too. Trainable with :func:`vit_tutorial.training.fit`.
+
+    Args:
+        config: the configuration; ``None`` means the defaults.
+        **fields: :class:`AxialViTConfig` fields, overriding those of ``config``.
+
+    Attributes:
+        config: the :class:`AxialViTConfig` the model was built from.
+
+    Example:
+        >>> model = AxialViT(image_size=32, patch_size=4, dim=32, depth=2, num_heads=4,
+        ...                  num_classes=10)
+        >>> model(torch.randn(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
+    """
+
+    def __init__(self, config: AxialViTConfig | None = None, **fields) -> None:
+        super().__init__()
+        valid = [f.name for f in dataclasses.fields(AxialViTConfig)]
+        if set(fields) - set(valid):
+            raise TypeError(f"unknown AxialViTConfig fields {sorted(set(fields) - set(valid))}; "
+                            f"valid fields: {valid}")
+        self.config = c = dataclasses.replace(config or AxialViTConfig(), **fields)
+        self.patch_embed = PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.dim)
+        self.grid_size = self.patch_embed.grid_size
+        if c.pos_embed == "learned":
+            self.pos_embed = LearnedPositionalEmbedding(self.patch_embed.num_patches, c.dim)
+        else:
+            self.pos_embed = None
+            self.register_buffer("pos_sincos", sinusoidal_2d(self.grid_size, c.dim)[None],
+                                 persistent=False)  # (1, N, D)
+        self.pos_drop = nn.Dropout(c.dropout)
+        rates = torch.linspace(0, c.drop_path, c.depth, device="cpu").tolist()
+        self.blocks = nn.ModuleList(
+            AxialEncoderBlock(c.dim, c.num_heads, c.mlp_ratio, c.qkv_bias, c.dropout,
+                              c.attn_dropout, rate, c.norm_eps) for rate in rates)
+        self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.head = nn.Linear(c.dim, c.num_classes)
+        self.apply(_init_weights)
+        nn.init.zeros_(self.head.weight)
+
+    def forward_features(self, images: Tensor) -> Tensor:
+        """The grid of tokens ``(B, Gh, Gw, D)`` after the last block."""
+        x = self.patch_embed(images)  # (B, N, D); checks the image shape
+        x = self.pos_embed(x) if self.pos_embed is not None else x + self.pos_sincos
+        x = rearrange(self.pos_drop(x), "b (gh gw) d -> b gh gw d", gh=self.grid_size[0])
+        for block in self.blocks:
+            x = block(x)  # (B, Gh, Gw, D)
+        return x
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``."""
+        pooled = self.forward_features(images).mean(dim=(1, 2))  # (B, D)
+        return self.head(self.fc_norm(pooled))
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of the parameters exempt from weight decay: the position table."""
+        return {"pos_embed.weight"} if self.pos_embed is not None else set()
+
+
+def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
+    """Which token may attend to which in one axial layer, on the flattened grid.
+
+    Args:
+        grid_size: ``G`` or ``(Gh, Gw)``; tokens are numbered row-major.
+        axis: ``'height'`` (same column) or ``'width'`` (same row).
+
+    Returns:
+        A boolean ``(N, N)`` mask, ``True`` = may attend, for
+        :class:`~vit_tutorial.attention.MultiHeadSelfAttention`'s ``attn_bias``.
+
+    Example:
+        >>> axial_mask((2, 3), "width").int()  # two rows of three tokens
+        tensor([[1, 1, 1, 0, 0, 0],
+                [1, 1, 1, 0, 0, 0],
+                [1, 1, 1, 0, 0, 0],
+                [0, 0, 0, 1, 1, 1],
+                [0, 0, 0, 1, 1, 1],
+                [0, 0, 0, 1, 1, 1]], dtype=torch.int32)
+    """
+    _check_axis(axis)
+    gh, gw = pair(grid_size)
+    rows = torch.arange(gh).repeat_interleave(gw)  # (N,) row of each token
+    cols = torch.arange(gw).repeat(gh)  # (N,) column of each token
+    line = cols if axis == "height" else rows
+    return line[:, None] == line[None, :]  # (N, N)
+
+
+def attention_flops(grid_size: int | tuple[int, int], dim: int, kind: str) -> int:
+    """Floating-point operations of one attention layer on a ``Gh × Gw`` grid, by formula.
+
+    A multiply-add counts as 2 FLOPs; softmax, scaling and biases are left out. With
+    ``N = Gh·Gw``:
+
+    * ``'full'``: projections ``8·N·D²`` (q, k, v and output) plus ``4·N²·D``
+      (``Q Kᵀ`` and ``A V``);
+    * ``'axial'``: a height layer and a width layer, ``16·N·D²`` plus
+      ``4·N·(Gh + Gw)·D``.
+
+    Example:
+        >>> full, axial = (attention_flops(64, 64, kind) for kind in ("full", "axial"))
+        >>> round(full / 1e9, 2), round(axial / 1e9, 2)  # GFLOPs on a 64×64 grid, D = 64
+        (4.43, 0.4)
+    """
+    gh, gw = pair(grid_size)
+    n = gh * gw
+    if kind == "full":
+        return 8 * n * dim**2 + 4 * n * n * dim
+    if kind == "axial":
+        return 16 * n * dim**2 + 4 * n * (gh + gw) * dim
+    raise ValueError(f"kind must be 'full' or 'axial', got {kind!r}")
