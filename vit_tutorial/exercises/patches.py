@@ -1,0 +1,121 @@
+"""Checkers for chapter 2: cutting an image into patches, and the conv as a linear map."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.patches import image_to_patches, pair
+
+__all__ = ["check_image_to_patches", "check_patch_embedding"]
+
+_WRONG_PATCH_ORDERS = [
+    ("b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
+     "each patch is flattened as (c p1 p2), all of the red channel first, which is the layout "
+     "of a Conv2d weight (D, C, P, P); the convention here (timm, vit-pytorch) is (p1 p2 c), "
+     "channel fastest. Both orders hold the same numbers, but a Linear that should equal the "
+     "conv must see them in the same order as its weight"),
+    ("b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)",
+     "the patches are numbered column-major (down the first column, then the next); number "
+     "them row-major, '(gh gw)', so that token n is grid row n // Gw and column n % Gw"),
+    ("b c (gh p1) (gw p2) -> b (gh gw) (p2 p1 c)",
+     "each patch is transposed: flatten pixel rows first, '(p1 p2 c)', not '(p2 p1 c)'"),
+    ("b c (p1 gh) (p2 gw) -> b (gh gw) (p1 p2 c)",
+     "your 'patches' are strided samples of the whole image (every Gh-th pixel row), not "
+     "contiguous blocks: write the pixel axis as '(gh p1)', grid index outside, pixel inside"),
+]
+
+
+def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]) -> None:
+    """Grade a learner's ``fn(images, patch_size) -> patches``.
+
+    ``images`` has shape ``(B, C, H, W)``; the answer must have shape ``(B, N, P_h·P_w·C)``
+    with the patches numbered row-major and each flattened in ``(p1 p2 c)`` order, as
+    :func:`vit_tutorial.patches.image_to_patches`.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_image_to_patches(image_to_patches)
+        Correct! check_image_to_patches: row-major patches, (p1 p2 c) order, on 3 cases (square and non-square).
+    """
+    cases = [((2, 3, 8, 12), 4), ((1, 3, 12, 16), (4, 8)), ((2, 1, 6, 6), 3)]
+    generator = torch.Generator().manual_seed(0)
+    for shape, patch_size in cases:
+        images = torch.randn(shape, generator=generator)
+        try:
+            with torch.no_grad():
+                got = fn(images.clone(), patch_size)
+        except Exception as error:  # reported to the learner
+            raise AssertionError(
+                f"fn crashed on images of shape {shape}, image size {shape[2:]}, patch size "
+                f"{patch_size}: {type(error).__name__}: {error}. Non-square images and "
+                f"patches must work too."
+            ) from error
+        want = image_to_patches(images, patch_size)
+        if not isinstance(got, Tensor) or got.shape != want.shape:
+            got_shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise AssertionError(
+                f"for images of shape {shape} and patch size {patch_size} the patches must have "
+                f"shape {tuple(want.shape)} (B, N, P_h·P_w·C), got {got_shape}"
+            )
+        if close(got, want, atol=0.0):
+            continue
+        ph, pw = pair(patch_size)
+        for pattern, explanation in _WRONG_PATCH_ORDERS:
+            if close(got, rearrange(images, pattern, p1=ph, p2=pw), atol=0.0):
+                raise AssertionError(f"images {shape}, patch size {patch_size}: {explanation}.")
+        raise AssertionError(
+            f"images {shape}, patch size {patch_size}: the patches hold the wrong numbers; "
+            f"compare with 'b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)'"
+        )
+    passed("check_image_to_patches",
+           f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).")
+
+
+def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
+    """Grade ``fn(conv) -> W``: the conv's weight as the matrix of an equivalent Linear.
+
+    ``conv`` is a patch-embedding ``Conv2d(C, D, kernel_size=P, stride=P)``; ``W`` must
+    have shape ``(D, P_h·P_w·C)`` such that ``image_to_patches(x, P) @ W.T + conv.bias``
+    equals the convolution's tokens.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_patch_embedding(lambda conv: rearrange(conv.weight, "d c p1 p2 -> d (p1 p2 c)"))
+        Correct! check_patch_embedding: image_to_patches(x) @ W.T + b equals the conv on 2 cases.
+    """
+    cases = [(3, 8, (4, 4), (8, 12)), (2, 6, (2, 4), (6, 8))]  # (C, D, P, image size)
+    for C, D, patch_size, image_size in cases:
+        with torch.random.fork_rng():  # leave the learner's random state alone
+            torch.manual_seed(C)
+            conv = nn.Conv2d(C, D, patch_size, stride=patch_size)
+            images = torch.randn(2, C, *image_size)
+        with torch.no_grad():
+            W = fn(conv)
+            want = rearrange(conv(images), "b d gh gw -> b (gh gw) d")
+        width = patch_size[0] * patch_size[1] * C
+        if not isinstance(W, Tensor) or W.shape != (D, width):
+            got_shape = tuple(W.shape) if isinstance(W, Tensor) else type(W).__name__
+            raise AssertionError(f"for Conv2d({C}, {D}, kernel_size={patch_size}) W must have "
+                                 f"shape {(D, width)} (D, P_h·P_w·C), got {got_shape}")
+        got = image_to_patches(images, patch_size) @ W.detach().T + conv.bias.detach()
+        if close(got, want, atol=1e-5):
+            continue
+        if close(W.detach(), conv.weight.detach().flatten(1)):
+            raise AssertionError(
+                "conv.weight.flatten(1) flattens each filter in (c p1 p2) order, the Conv2d "
+                "layout (D, C, P_h, P_w), but image_to_patches flattens patches in (p1 p2 c) "
+                "order: rearrange the weight 'd c p1 p2 -> d (p1 p2 c)' so both orders agree")
+        raise AssertionError(
+            f"Conv2d({C}, {D}, kernel_size={patch_size}): patches @ W.T + b differs from the conv "
+            f"by up to {(got - want).abs().max().item():.3g}; check the order of p1, p2 and c")
+    passed("check_patch_embedding",
+           f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.")

@@ -1,0 +1,302 @@
+"""Positional encodings: how a set of patch tokens learns where each patch was (chapter 3).
+
+Attention is blind to order: permute the tokens and the output is permuted the same
+way. Four families of encodings put the place back, plus rotary embeddings:
+
+* :class:`LearnedPositionalEmbedding`: one free vector per position, added to the tokens
+  (ViT, DeiT); :func:`resize_pos_embed` resamples it for a new grid;
+* :func:`sinusoidal_1d`: the fixed sine/cosine code of Vaswani et al., indexed by the
+  token's place in the sequence;
+* :func:`sinusoidal_2d`: the same code for the row in one half of the channels and for
+  the column in the other half (MAE, simple ViT);
+* :class:`RelativePositionBias`: a learned bias on the attention scores, indexed by the
+  2D offset between two patches (Swin, BEiT);
+* :class:`RotaryEmbedding2D`: queries and keys rotated by angles proportional to the
+  patch's row and column, so that ``q·k`` depends only on their offset (Heo et al., 2024).
+
+Shapes use named axes: B batch, N tokens, D model width, h heads, d head width,
+Gh×Gw patch grid. Grid positions are numbered row-major, as in
+:func:`vit_tutorial.patches.image_to_patches`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from vit_tutorial.patches import pair
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "RotaryEmbedding2D",
+    "resize_pos_embed",
+    "sinusoidal_1d",
+    "sinusoidal_2d",
+]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
+
+    The table ``weight`` of shape ``(1, N, D)`` is initialised from a normal of std 0.02
+    truncated at ±2 std (timm's default bounds are ±2 in absolute units, which with
+    std 0.02 do not truncate at all; the difference is immaterial).
+
+    Example:
+        >>> pos = LearnedPositionalEmbedding(num_positions=197, dim=768)
+        >>> pos(torch.zeros(2, 197, 768)).shape
+        torch.Size([2, 197, 768])
+    """
+
+    def __init__(self, num_positions: int, dim: int) -> None:
+        super().__init__()
+        self.num_positions, self.dim = num_positions, dim
+        self.weight = nn.Parameter(torch.empty(1, num_positions, dim))
+        nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Return ``x + weight`` for tokens ``x`` of shape ``(B, N, D)``."""
+        if x.dim() != 3 or tuple(x.shape[1:]) != (self.num_positions, self.dim):
+            raise ValueError(
+                f"expected tokens of shape (B, {self.num_positions}, {self.dim}), got "
+                f"{tuple(x.shape)}; for another grid, resample the table with resize_pos_embed"
+            )
+        return x + self.weight
+
+
+def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
+    """Interleaved ``sin, cos`` of ``position·ω_i`` with ``ω_i = T^(-2i/dim)``: ``(N, dim)``."""
+    omega = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    angles = positions.to(torch.float64)[:, None] * omega  # (N, dim/2)
+    codes = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (N, dim/2, 2)
+    return rearrange(codes, "n k two -> n (k two)").float()  # even: sin, odd: cos
+
+
+def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> Tensor:
+    """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / T^(2i/D))``, ``PE[p, 2i+1] = cos(...)``.
+
+    Channel pair ``i`` turns at frequency ``ω_i = T^(-2i/D)``: the first channels change
+    fastest along the sequence, the last ones slowest.
+
+    Args:
+        num_positions: N.
+        dim: D, even.
+        temperature: T, the base of the geometric progression of wavelengths.
+
+    Returns:
+        A table of shape ``(N, D)``.
+
+    Example:
+        >>> sinusoidal_1d(3, 4)
+        tensor([[ 0.0000,  1.0000,  0.0000,  1.0000],
+                [ 0.8415,  0.5403,  0.0100,  0.9999],
+                [ 0.9093, -0.4161,  0.0200,  0.9998]])
+    """
+    if dim % 2 or dim < 2:
+        raise ValueError(f"sinusoidal_1d needs an even dim (sin and cos pairs), got dim={dim}")
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be positive, got {num_positions}")
+    return _sincos(torch.arange(num_positions), dim, temperature)
+
+
+def sinusoidal_2d(grid_size: int | tuple[int, int], dim: int, temperature: float = 10000.0) -> Tensor:
+    """A 2D sine/cosine code: channels ``[0, D/2)`` encode the row, ``[D/2, D)`` the column.
+
+    Each half is :func:`sinusoidal_1d` with width D/2, so two patches in the same row share
+    the first half and two patches in the same column share the second. timm's
+    ``build_sincos2d_pos_embed`` and MAE's table hold the same channels in another order
+    (they put all sines of an axis before its cosines).
+
+    Args:
+        grid_size: ``G`` or ``(Gh, Gw)``.
+        dim: D, a multiple of 4 (a sin/cos pair per frequency, for each of two axes).
+        temperature: T.
+
+    Returns:
+        A table of shape ``(Gh·Gw, D)``, rows in row-major grid order.
+
+    Example:
+        >>> pe = sinusoidal_2d((14, 14), 768)
+        >>> pe.shape, torch.equal(pe[0, :384], pe[5, :384])  # same row, same first half
+        (torch.Size([196, 768]), True)
+    """
+    gh, gw = pair(grid_size)
+    if dim % 4 or dim < 4:
+        raise ValueError(
+            f"sinusoidal_2d needs dim divisible by 4 (sin and cos for each of two axes), got "
+            f"dim={dim}; the nearest valid values are {dim // 4 * 4} and {dim // 4 * 4 + 4}"
+        )
+    if gh < 1 or gw < 1:
+        raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
+    rows = torch.arange(gh).repeat_interleave(gw)  # (N,): 0 0 ... 1 1 ...
+    cols = torch.arange(gw).repeat(gh)  # (N,): 0 1 ... 0 1 ...
+    return torch.cat([_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1)
+
+
+class RelativePositionBias(nn.Module):
+    """A learned attention bias per head, indexed by the 2D offset between two patches.
+
+    Patches at ``(r, c)`` and ``(r', c')`` get ``table[(r - r', c - c')]``, one of
+    ``(2Gh - 1)(2Gw - 1)`` entries per head (Swin, BEiT). With prefix tokens (the class
+    token), three more entries per head, as in BEiT: patch → prefix, prefix → patch and
+    prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std, as
+    in Swin (BEiT starts from zeros).
+
+    Args:
+        grid_size: ``G`` or ``(Gh, Gw)``.
+        num_heads: h.
+        num_prefix_tokens: tokens before the grid (class token, registers).
+
+    Example:
+        >>> rpb = RelativePositionBias(grid_size=14, num_heads=12, num_prefix_tokens=1)
+        >>> rpb.table.shape, rpb().shape
+        (torch.Size([732, 12]), torch.Size([12, 197, 197]))
+    """
+
+    def __init__(self, grid_size: int | tuple[int, int], num_heads: int,
+                 num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        gh, gw = self.grid_size = pair(grid_size)
+        if min(gh, gw, num_heads) < 1 or num_prefix_tokens < 0:
+            raise ValueError(f"need a positive grid and num_heads and num_prefix_tokens >= 0, got "
+                             f"grid {(gh, gw)}, num_heads={num_heads}, prefix={num_prefix_tokens}")
+        self.num_heads, self.num_prefix_tokens = num_heads, num_prefix_tokens
+        num_offsets = (2 * gh - 1) * (2 * gw - 1)
+        extra = 3 if num_prefix_tokens else 0
+        self.table = nn.Parameter(torch.empty(num_offsets + extra, num_heads))
+        nn.init.trunc_normal_(self.table, std=0.02, a=-0.04, b=0.04)
+
+        rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+        coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, Gh·Gw)
+        offset = coords[:, :, None] - coords[:, None, :]  # (2, Gh·Gw, Gh·Gw): query - key
+        grid_index = (offset[0] + gh - 1) * (2 * gw - 1) + (offset[1] + gw - 1)
+        p = num_prefix_tokens
+        index = torch.empty(p + gh * gw, p + gh * gw, dtype=torch.long)  # (N, N)
+        index[p:, p:] = grid_index
+        index[:p, :] = num_offsets  # prefix -> anything
+        index[:, :p] = num_offsets + 1  # anything -> prefix
+        index[:p, :p] = num_offsets + 2  # prefix -> prefix
+        self.register_buffer("index", index, persistent=False)
+
+    def forward(self) -> Tensor:
+        """The bias of shape ``(h, N, N)`` with ``N = num_prefix_tokens + Gh·Gw``."""
+        return rearrange(self.table[self.index], "n m h -> h n m")
+
+
+def resize_pos_embed(pos_embed: Tensor, old_grid: int | tuple[int, int],
+                     new_grid: int | tuple[int, int], num_prefix_tokens: int = 1) -> Tensor:
+    """Resample a learned position table to a new grid, bicubically (as timm does).
+
+    Args:
+        pos_embed: shape ``(1, num_prefix_tokens + Gh·Gw, D)``.
+        old_grid: ``(Gh, Gw)`` the table was trained on.
+        new_grid: ``(Gh', Gw')`` wanted.
+        num_prefix_tokens: leading entries (class token) copied unchanged.
+
+    Returns:
+        ``pos_embed`` itself when the grids are equal, else a table of shape
+        ``(1, num_prefix_tokens + Gh'·Gw', D)``.
+
+    Example:
+        >>> resize_pos_embed(torch.zeros(1, 197, 8), 14, (16, 20)).shape
+        torch.Size([1, 321, 8])
+    """
+    (gh, gw), new = pair(old_grid), pair(new_grid)
+    if pos_embed.dim() != 3 or pos_embed.shape[1] != num_prefix_tokens + gh * gw:
+        raise ValueError(
+            f"pos_embed of shape {tuple(pos_embed.shape)} does not match old_grid {(gh, gw)} with "
+            f"{num_prefix_tokens} prefix tokens: expected (1, {num_prefix_tokens + gh * gw}, D)"
+        )
+    if min(new) < 1:
+        raise ValueError(f"new_grid must be positive, got {new}")
+    if (gh, gw) == new:
+        return pos_embed
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    grid = rearrange(grid, "b (gh gw) d -> b d gh gw", gh=gh)  # (B, D, Gh, Gw)
+    grid = F.interpolate(grid.float(), size=new, mode="bicubic", antialias=True,
+                         align_corners=False).to(pos_embed.dtype)
+    return torch.cat([prefix, rearrange(grid, "b d gh gw -> b (gh gw) d")], dim=1)
+
+
+class RotaryEmbedding2D(nn.Module):
+    """2D rotary position embedding for queries and keys (RoPE-ViT, Heo et al. 2024).
+
+    Channel pair ``j`` of a query or key at grid column ``x`` and row ``y`` is rotated by the
+    angle ``x·fx_j + y·fy_j``. Rotations compose, so ``q·k`` depends only on the offset
+    between the two patches. Two choices of frequencies:
+
+    * ``mode="axial"``: fixed; the first ``d/4`` pairs turn with the column, the last
+      ``d/4`` with the row, at ``T^(-4j/d)`` (default ``T = 100``);
+    * ``mode="mixed"``: learned per head (parameter ``freqs``), initialised with the axial
+      magnitudes along two perpendicular directions at a random angle per head (default
+      ``T = 10``), so one pair can encode a diagonal.
+
+    Prefix tokens (the class token) are left unrotated. Call the instance on queries or
+    keys of shape ``(B, h, N, d)``, e.g. ``attn(x, rope=rope)`` with
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention`.
+
+    Args:
+        head_dim: d, a multiple of 4.
+        grid_size: ``G`` or ``(Gh, Gw)``.
+        num_prefix_tokens: tokens before the grid.
+        temperature: T; ``None`` picks 100 (axial) or 10 (mixed), as Heo et al.
+        mode: ``"axial"`` or ``"mixed"``.
+        num_heads: h, for the per-head frequencies of ``"mixed"``.
+
+    Example:
+        >>> rope = RotaryEmbedding2D(head_dim=64, grid_size=14, num_prefix_tokens=1)
+        >>> q = torch.randn(2, 12, 197, 64)
+        >>> rope(q).shape, torch.equal(rope(q)[:, :, 0], q[:, :, 0])
+        (torch.Size([2, 12, 197, 64]), True)
+    """
+
+    def __init__(self, head_dim: int, grid_size: int | tuple[int, int], num_prefix_tokens: int = 0,
+                 temperature: float | None = None, mode: str = "axial", num_heads: int = 1) -> None:
+        super().__init__()
+        if mode not in ("axial", "mixed"):
+            raise ValueError(f"mode must be 'axial' or 'mixed', got {mode!r}")
+        if head_dim % 4 or head_dim < 4:
+            raise ValueError(f"RotaryEmbedding2D needs head_dim divisible by 4, got {head_dim}")
+        self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size), mode
+        self.num_prefix_tokens, self.num_heads = num_prefix_tokens, num_heads
+        self.temperature = temperature or (100.0 if mode == "axial" else 10.0)
+        mag = self.temperature ** (-torch.arange(0, head_dim, 4) / head_dim)  # (d/4,)
+        if mode == "axial":
+            zero = torch.zeros_like(mag)
+            freqs = torch.stack([torch.cat([mag, zero]), torch.cat([zero, mag])])[:, None]
+            self.register_buffer("freqs", freqs, persistent=False)  # (2, 1, d/2)
+        else:
+            theta = torch.rand(num_heads, 1) * 2 * math.pi  # one direction per head
+            fx = torch.cat([mag * theta.cos(), mag * (theta + math.pi / 2).cos()], -1)
+            fy = torch.cat([mag * theta.sin(), mag * (theta + math.pi / 2).sin()], -1)
+            self.freqs = nn.Parameter(torch.stack([fx, fy]))  # (2, h, d/2)
+
+    def angles(self, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+        """Rotation angles of shape ``(1 or h, Gh·Gw, d/2)``, grid positions row-major."""
+        gh, gw = pair(grid_size) if grid_size is not None else self.grid_size
+        y = torch.arange(gh, device=self.freqs.device).repeat_interleave(gw).float()  # rows
+        x = torch.arange(gw, device=self.freqs.device).repeat(gh).float()  # columns
+        return x[:, None] * self.freqs[0][:, None] + y[:, None] * self.freqs[1][:, None]
+
+    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+        """Rotate ``x`` of shape ``(B, h, N, d)``; ``grid_size`` overrides the built-in grid."""
+        gh, gw = pair(grid_size) if grid_size is not None else self.grid_size
+        p = self.num_prefix_tokens
+        if x.dim() != 4 or x.shape[-1] != self.head_dim or x.shape[-2] != p + gh * gw:
+            raise ValueError(
+                f"expected queries or keys of shape (B, h, {p + gh * gw}, {self.head_dim}) for "
+                f"grid {(gh, gw)} with {p} prefix tokens, got {tuple(x.shape)}"
+            )
+        if self.mode == "mixed" and x.shape[1] != self.num_heads:
+            raise ValueError(f"mixed RoPE was built for {self.num_heads} heads, got {x.shape[1]}")
+        angles = self.angles((gh, gw))  # (1 or h, Gh·Gw, d/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x0, x1 = rearrange(x[..., p:, :], "... (j two) -> two ... j", two=2)  # pairs (2j, 2j+1)
+        rotated = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+        rotated = rearrange(rotated, "... j two -> ... (j two)")  # (B, h, Gh·Gw, d)
+        return torch.cat([x[..., :p, :], rotated], dim=-2)
