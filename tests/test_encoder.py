@@ -1,0 +1,282 @@
+"""Tests for vit_tutorial/encoder.py and its exercise checkers."""
+
+import pytest
+import timm.models.vision_transformer as timm_vit
+import torch
+from torch import nn
+from torchvision.models.vision_transformer import EncoderBlock as TorchvisionBlock
+
+from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
+from vit_tutorial.exercises import check_block_forward, check_drop_path
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def randomise_norms(module):
+    """LayerNorms start at γ=1, β=0; random values make comparisons meaningful."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.normal_(1.0, 0.3)
+                m.bias.normal_(0.0, 0.3)
+    return module
+
+
+# --- MLP -------------------------------------------------------------------------------------
+
+
+def test_mlp_is_linear_gelu_linear():
+    mlp = MLP(16, 64)
+    x = torch.randn(2, 5, 16)
+    expected = mlp.fc2(nn.functional.gelu(mlp.fc1(x)))
+    torch.testing.assert_close(mlp(x), expected)
+    assert mlp.fc1.weight.shape == (64, 16) and mlp.fc2.weight.shape == (16, 64)
+
+
+def test_mlp_acts_on_each_token_independently():
+    mlp = MLP(8, 32).eval()
+    x = torch.randn(1, 6, 8)
+    torch.testing.assert_close(mlp(x)[:, 2], mlp(x[:, 2:3])[:, 0])
+
+
+# --- DropPath --------------------------------------------------------------------------------
+
+
+def test_drop_path_is_identity_at_eval_and_with_p_zero():
+    x = torch.randn(8, 4, 3)
+    assert torch.equal(drop_path(x, 0.5, training=False), x)
+    assert torch.equal(drop_path(x, 0.0, training=True), x)
+    module = DropPath(0.5).eval()
+    assert torch.equal(module(x), x)
+
+
+def test_drop_path_drops_whole_samples_and_rescales():
+    x = torch.rand(4000, 3, 5) + 1
+    out = drop_path(x, 0.25, training=True)
+    dropped = (out == 0).flatten(1)
+    assert (dropped.all(1) | ~dropped.any(1)).all()  # all or nothing per sample
+    assert abs(dropped.all(1).float().mean().item() - 0.25) < 0.03
+    kept = ~dropped.all(1)
+    torch.testing.assert_close(out[kept], x[kept] / 0.75)
+
+
+def test_drop_path_keeps_the_expected_value():
+    x = torch.ones(20000, 2)
+    assert abs(drop_path(x, 0.3, training=True).mean().item() - 1.0) < 0.03
+
+
+def test_drop_path_gradient_is_the_mask():
+    x = torch.randn(64, 4, requires_grad=True)
+    out = drop_path(x, 0.5, training=True)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (out != 0).float() * 2)
+
+
+def test_drop_path_rejects_bad_probability():
+    with pytest.raises(ValueError, match=r"\[0, 1\), got 1.0"):
+        DropPath(1.0)
+    with pytest.raises(ValueError, match=r"got -0.1"):
+        DropPath(-0.1)
+
+
+# --- EncoderBlock ----------------------------------------------------------------------------
+
+
+def copy_into_torch_layer(block, layer):
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(block.attn.qkv.weight)
+        layer.self_attn.in_proj_bias.copy_(block.attn.qkv.bias)
+        layer.self_attn.out_proj.load_state_dict(block.attn.proj.state_dict())
+        layer.linear1.load_state_dict(block.mlp.fc1.state_dict())
+        layer.linear2.load_state_dict(block.mlp.fc2.state_dict())
+        layer.norm1.load_state_dict(block.norm1.state_dict())
+        layer.norm2.load_state_dict(block.norm2.state_dict())
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_block_equals_torch_transformer_encoder_layer(norm_first):
+    block = randomise_norms(EncoderBlock(32, 4, mlp_ratio=2.0, norm_first=norm_first)).eval()
+    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, activation="gelu",
+                                       layer_norm_eps=1e-6, batch_first=True,
+                                       norm_first=norm_first).eval()
+    copy_into_torch_layer(block, layer)
+    x = torch.randn(3, 7, 32)
+    torch.testing.assert_close(block(x), layer(x), atol=1e-5, rtol=0)
+
+
+def test_block_equals_timm_block():
+    block = randomise_norms(EncoderBlock(48, 3)).eval()
+    ref = timm_vit.Block(48, 3, mlp_ratio=4.0, qkv_bias=True).eval()
+    ref.load_state_dict(block.state_dict())  # same names: norm1, attn.qkv, attn.proj, mlp.fc1...
+    x = torch.randn(2, 9, 48)
+    torch.testing.assert_close(block(x), ref(x), atol=1e-5, rtol=0)
+
+
+def test_block_equals_torchvision_block():
+    block = randomise_norms(EncoderBlock(32, 4)).eval()
+    ref = TorchvisionBlock(4, 32, 128, 0.0, 0.0, norm_layer=lambda d: nn.LayerNorm(d, eps=1e-6))
+    ref.eval()
+    copy_into_torch_layer(block, _TorchvisionAdapter(ref))
+    x = torch.randn(2, 5, 32)
+    torch.testing.assert_close(block(x), ref(x), atol=1e-5, rtol=0)
+
+
+class _TorchvisionAdapter:
+    """torchvision's block under nn.TransformerEncoderLayer's attribute names."""
+
+    def __init__(self, ref):
+        self.self_attn, self.norm1, self.norm2 = ref.self_attention, ref.ln_1, ref.ln_2
+        self.linear1, self.linear2 = ref.mlp[0], ref.mlp[3]
+
+
+def test_block_returns_the_weights_of_its_attention():
+    block = EncoderBlock(32, 4).eval()
+    x = torch.randn(2, 6, 32)
+    out, weights = block(x, return_attention=True)
+    torch.testing.assert_close(out, block(x), atol=1e-6, rtol=0)
+    _, expected = block.attn(block.norm1(x), return_attention=True)
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
+
+
+def test_block_passes_attn_bias_through():
+    block = EncoderBlock(16, 2).eval()
+    x = torch.randn(1, 5, 16)
+    bias = torch.zeros(5, 5)
+    bias[:, 1:] = float("-inf")  # every query may look at token 0 only
+    out, weights = block(x, attn_bias=bias, return_attention=True)
+    assert (weights[..., 0] == 1).all()
+    assert not torch.allclose(out, block(x))
+    torch.testing.assert_close(block(x, attn_bias=bias), out, atol=1e-6, rtol=0)
+
+
+def test_block_gradients_reach_every_parameter():
+    block = EncoderBlock(16, 2, drop_path=0.1)
+    x = torch.randn(4, 5, 16, requires_grad=True)
+    block(x).square().sum().backward()
+    for name, p in block.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_block_dropout_and_drop_path_only_in_training():
+    block = EncoderBlock(16, 2, dropout=0.3, attn_dropout=0.3, drop_path=0.3)
+    x = torch.randn(4, 5, 16)
+    block.eval()
+    assert torch.equal(block(x), block(x))
+    block.train()
+    assert not torch.equal(block(x), block(x))
+
+
+def test_block_hidden_width_and_bad_ratio():
+    assert EncoderBlock(64, 4, mlp_ratio=2.5).mlp.fc1.out_features == 160
+    with pytest.raises(ValueError, match="mlp_ratio must be positive, got 0"):
+        EncoderBlock(64, 4, mlp_ratio=0)
+    with pytest.raises(ValueError, match=r"dim \(64\) must be divisible by num_heads \(5\)"):
+        EncoderBlock(64, 5)
+
+
+# --- Encoder ---------------------------------------------------------------------------------
+
+
+def test_encoder_drop_path_rises_linearly():
+    encoder = Encoder(16, depth=5, num_heads=2, drop_path=0.4)
+    rates = [b.drop_path1.p for b in encoder.blocks]
+    assert rates == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    assert [b.drop_path2.p for b in encoder.blocks] == rates
+    assert [b.drop_path1.p for b in Encoder(16, 1, 2, drop_path=0.4).blocks] == [0.0]
+
+
+def test_encoder_is_the_blocks_in_order():
+    encoder = Encoder(16, depth=3, num_heads=2).eval()
+    x = torch.randn(2, 4, 16)
+    y = x
+    for block in encoder.blocks:
+        y = block(y)
+    torch.testing.assert_close(encoder(x), y)
+    out, maps = encoder(x, return_attention=True)
+    torch.testing.assert_close(out, y, atol=1e-6, rtol=0)
+    assert len(maps) == 3 and all(m.shape == (2, 2, 4, 4) for m in maps)
+
+
+def test_encoder_shared_and_per_block_biases():
+    encoder = Encoder(16, depth=2, num_heads=2).eval()
+    x = torch.randn(1, 4, 16)
+    bias = torch.randn(2, 4, 4)
+    torch.testing.assert_close(encoder(x, bias), encoder(x, [bias, bias]))
+    assert not torch.allclose(encoder(x, [bias, None]), encoder(x, bias))
+    with pytest.raises(ValueError, match=r"one attention bias per block \(2\), got 3"):
+        encoder(x, [bias] * 3)
+
+
+def test_encoder_rejects_zero_depth():
+    with pytest.raises(ValueError, match="depth must be at least 1, got 0"):
+        Encoder(16, depth=0, num_heads=2)
+
+
+# --- exercise checkers -----------------------------------------------------------------------
+
+
+def test_check_drop_path_accepts_the_package_function(capsys):
+    check_drop_path(drop_path)
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda x, p, t: nn.functional.dropout(x, p, t), "that is dropout"),
+        (lambda x, p, t: x * (torch.rand(x.shape[0], 1, 1) > p) if t else x, "not rescaled"),
+        (lambda x, p, t: drop_path(x, p, True), "training=False"),
+        (lambda x, p, t: drop_path(x, 1 - p, t) if p else x, "keep probability is 1 - p"),
+        (lambda x, p, t: drop_path(x, p, t)[:1] if t and p else x, "input's shape"),
+    ],
+)
+def test_check_drop_path_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_drop_path(wrong)
+
+
+def pre_norm(b, x):
+    x = x + b.attn(b.norm1(x))
+    return x + b.mlp(b.norm2(x))
+
+
+def post_norm(b, x):
+    x = b.norm1(x + b.attn(x))
+    return b.norm2(x + b.mlp(x))
+
+
+def normalised_stream(b, x):
+    x = b.norm1(x)
+    x = x + b.attn(x)
+    x = b.norm2(x)
+    return x + b.mlp(x)
+
+
+def shared_norm(b, x):
+    x = x + b.attn(b.norm1(x))
+    return x + b.mlp(b.norm1(x))
+
+
+def test_check_block_forward_accepts_a_correct_solution(capsys):
+    check_block_forward(pre_norm)
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (post_norm, "post-norm"),
+        (normalised_stream, "normalised tokens"),
+        (shared_norm, "reused norm1"),
+        (lambda b, x: b.mlp(b.norm2(b.attn(b.norm1(x)))), "residual connections are missing"),
+        (lambda b, x: x + b.attn(b.norm1(x)), "differs"),
+        (lambda b, x: x[:, 0], "input's shape"),
+    ],
+)
+def test_check_block_forward_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_block_forward(wrong)

@@ -1,0 +1,200 @@
+"""Tests for vit_tutorial/interop.py: torchvision and timm weights give the same logits."""
+
+import subprocess
+import sys
+
+import pytest
+import timm
+import torch
+from torchvision.models import vit_b_16
+from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
+
+from vit_tutorial.interop import (
+    TIMM_KEYS,
+    TORCHVISION_KEYS,
+    from_timm,
+    from_torchvision,
+    load_converted,
+    max_abs_logit_difference,
+    timm_state_dict_to_ours,
+    torchvision_state_dict_to_ours,
+)
+from vit_tutorial.vit import VisionTransformer
+
+SMALL_TV = dict(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64,
+                mlp_dim=96, num_classes=10)
+SMALL_TIMM = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=1.5,
+                  num_classes=10)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def perturb(model, std=0.02):
+    """Random values for what starts constant: zero heads, biases and class tokens and
+    unit LayerNorms would hide bugs (the other weights are random already)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() <= 1 or "head" in name or "token" in name:
+                p.add_(std * torch.randn_like(p))
+    return model.eval()
+
+
+def assert_same_logits(ours, ref, images):
+    with torch.no_grad():
+        logits = ref(images)
+    assert logits.abs().max() > 0.1  # a meaningful comparison
+    assert max_abs_logit_difference(ours, ref, images) <= 1e-4
+
+
+# --- torchvision -----------------------------------------------------------------------------
+
+
+def test_torchvision_vit_b_16_same_logits():
+    ref = perturb(vit_b_16(weights=None))
+    ours = from_torchvision(ref)
+    assert ours.config.dim == 768 and ours.config.depth == 12 and not ours.training
+    assert_same_logits(ours, ref, torch.randn(1, 3, 224, 224))
+
+
+def test_torchvision_small_same_logits():
+    ref = perturb(TorchvisionViT(**SMALL_TV))
+    ours = from_torchvision(ref)
+    assert ours.config.mlp_ratio == 1.5 and ours.config.num_classes == 10
+    assert_same_logits(ours, ref, torch.randn(3, 3, 32, 32))
+
+
+def test_torchvision_keys_all_mapped():
+    sd = TorchvisionViT(**SMALL_TV).state_dict()
+    converted = torchvision_state_dict_to_ours(sd)
+    ours = VisionTransformer(image_size=32, patch_size=8, depth=2, num_heads=4, dim=64,
+                             mlp_ratio=1.5, num_classes=10)
+    assert set(converted) == set(ours.state_dict())
+    assert converted["encoder.blocks.1.attn.qkv.weight"] is sd[
+        "encoder.layers.encoder_layer_1.self_attention.in_proj_weight"]
+    assert "conv_proj.{p}" in TORCHVISION_KEYS
+
+
+def test_torchvision_old_mlp_names_are_mapped():
+    sd = {"encoder.layers.encoder_layer_3.mlp.linear_1.weight": torch.zeros(1)}
+    assert list(torchvision_state_dict_to_ours(sd)) == ["encoder.blocks.3.mlp.fc1.weight"]
+
+
+def test_torchvision_pre_logits_is_reported_as_unmatched():
+    ref = TorchvisionViT(**SMALL_TV, representation_size=32)
+    with pytest.raises(ValueError, match=r"2 torchvision keys.*'heads.pre_logits.weight'"):
+        from_torchvision(ref)
+
+
+def test_torchvision_conv_stem_is_refused():
+    from torchvision.models.vision_transformer import ConvStemConfig
+
+    ref = TorchvisionViT(**SMALL_TV, conv_stem_configs=[ConvStemConfig(16, 3, 2)])
+    with pytest.raises(ValueError, match="conv_stem_configs"):
+        from_torchvision(ref)
+
+
+# --- timm ------------------------------------------------------------------------------------
+
+
+def test_timm_vit_base_patch16_224_same_logits():
+    ref = perturb(timm.create_model("vit_base_patch16_224", pretrained=False))
+    ours = from_timm(ref)
+    assert ours.config.image_size == 224 and ours.config.patch_size == 16
+    assert_same_logits(ours, ref, torch.randn(1, 3, 224, 224))
+
+
+def test_timm_small_same_logits():
+    ref = perturb(timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM))
+    assert_same_logits(from_timm(ref), ref, torch.randn(3, 3, 32, 32))
+
+
+def test_timm_average_pooling_same_logits():
+    ref = perturb(timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
+                                    global_pool="avg", class_token=False, qkv_bias=False))
+    ours = from_timm(ref)
+    assert ours.config.pool == "mean" and not ours.config.qkv_bias and ours.cls_token is None
+    assert_same_logits(ours, ref, torch.randn(3, 3, 32, 32))
+
+
+def test_timm_names_are_ours_inside_the_encoder():
+    sd = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM).state_dict()
+    converted = timm_state_dict_to_ours(sd)
+    assert converted["encoder.blocks.0.mlp.fc2.bias"] is sd["blocks.0.mlp.fc2.bias"]
+    assert converted["pos_embed.weight"] is sd["pos_embed"]
+    assert "blocks.{i}.attn.qkv.{p}" in TIMM_KEYS
+
+
+def test_timm_unsupported_variants():
+    cls_avg = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
+                                global_pool="avg")
+    with pytest.raises(ValueError, match="global_pool='avg' with class_token=True"):
+        from_timm(cls_avg)
+    headless = timm.create_model("vit_tiny_patch16_224", pretrained=False,
+                                 **{**SMALL_TIMM, "num_classes": 0})
+    with pytest.raises(ValueError, match="num_classes=0"):
+        from_timm(headless)
+    registers = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
+                                  reg_tokens=4)
+    with pytest.raises(ValueError, match=r"1 timm keys.*\['reg_token'\]"):
+        from_timm(registers)
+    layer_scale = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
+                                    init_values=1e-5)
+    with pytest.raises(ValueError, match=r"4 timm keys.*blocks.0.ls1.gamma"):
+        from_timm(layer_scale)
+
+
+# --- checks on keys and shapes ---------------------------------------------------------------
+
+
+def small_ours():
+    return VisionTransformer(image_size=32, patch_size=8, depth=2, num_heads=4, dim=64,
+                             num_classes=10)
+
+
+def test_load_converted_lists_missing_unexpected_and_shapes():
+    model = small_ours()
+    sd = dict(model.state_dict())
+    del sd["head.bias"]
+    sd["extra.weight"] = torch.zeros(1)
+    sd["pos_embed.weight"] = torch.zeros(1, 5, 64)
+    with pytest.raises(ValueError, match=r"missing keys \['head.bias'\], unexpected keys "
+                                         r"\['extra.weight'\], shape mismatches \['pos_embed.weight: "
+                                         r"got \(1, 5, 64\), expected \(1, 17, 64\)'\]"):
+        load_converted(model, sd)
+
+
+def test_load_converted_loads_everything():
+    source, target = small_ours(), small_ours()
+    load_converted(target, source.state_dict())
+    for (name, a), b in zip(source.state_dict().items(), target.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_unmatched_source_keys_are_all_listed():
+    sd = {"cls_token": torch.zeros(1), "foo": torch.zeros(1), "blocks.0.bar.weight": torch.zeros(1)}
+    with pytest.raises(ValueError, match=r"2 timm keys .*\['foo', 'blocks.0.bar.weight'\]"):
+        timm_state_dict_to_ours(sd)
+
+
+def test_conversion_keeps_dtype_and_mode_and_copies():
+    ref = TorchvisionViT(**SMALL_TV).double().train()
+    ours = from_torchvision(ref)
+    assert ours.training and next(ours.parameters()).dtype == torch.float64
+    assert all(p.requires_grad for p in ours.parameters())
+    with torch.no_grad():
+        ours.head.weight.add_(1.0)  # a copy: the source is left alone
+    assert not torch.equal(ours.head.weight, ref.heads.head.weight)
+
+
+def test_max_abs_logit_difference_restores_modes():
+    a, b = small_ours().train(), small_ours().eval()
+    max_abs_logit_difference(a, b, torch.randn(1, 3, 32, 32))
+    assert a.training and not b.training
+
+
+def test_timm_is_not_a_runtime_dependency():
+    code = "import sys, vit_tutorial, vit_tutorial.interop; assert 'timm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

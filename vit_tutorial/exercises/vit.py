@@ -1,0 +1,133 @@
+"""Checkers for chapter 5: the parameter count of a ViT, and classification done right."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.vit import VisionTransformer, ViTConfig
+
+__all__ = ["check_param_count", "check_predict"]
+
+
+def _count(config: ViTConfig) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        return sum(p.numel() for p in VisionTransformer(config).parameters())
+
+
+def _mistakes(c: ViTConfig) -> dict[int, str]:
+    """What a formula is off by (got - right) for each usual mistake, with its explanation."""
+    D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
+    N = (c.image_size // c.patch_size) ** 2 + 1
+    return {
+        -D: "off by D: the class token is one learned D-vector, and it also gets a row of "
+            "the position table (N + 1 rows for N patches); one of the two is missing",
+        -2 * D: "the class token is missing twice: its own D-vector and its row of the "
+                "position table (the table has N + 1 = Gh·Gw + 1 rows)",
+        -N * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
+        -(L * 4 * D + 2 * D): "the LayerNorms are missing: two per block and one at the end, "
+                              "each with a scale γ and a shift β of D numbers",
+        -(D + L * (3 * D + D + r + D) + K): "the biases of the convolution and the Linear "
+                                             "layers are missing",
+        -(D * K + K): "the classification head (D·num_classes + num_classes) is missing",
+        -(L * (2 * D * D + 2 * D)): "the attention's input projection makes queries, keys and "
+                                    "values: 3·D² weights and 3·D biases, not D² + D",
+    }
+
+
+def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
+    """Grade a learner's ``fn(config) -> int``, the number of parameters of a ViT by formula.
+
+    The configs have a class token (``pool='cls'``), learned position embeddings, a patch
+    stem, ``qkv_bias=True`` and square images; the answer is compared with the count of
+    :class:`~vit_tutorial.vit.VisionTransformer` (built on the meta device).
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_param_count(_count)
+        Correct! check_param_count: exact on 4 configs, from 0.1M to 304.3M parameters.
+    """
+    cases = [
+        ViTConfig(image_size=32, patch_size=8, in_channels=1, dim=64, depth=3, num_heads=4,
+                  mlp_ratio=2.0, num_classes=10),
+        ViTConfig(),  # ViT-B/16
+        ViTConfig(patch_size=32),  # ViT-B/32
+        ViTConfig(dim=1024, depth=24, num_heads=16),  # ViT-L/16
+    ]
+    counts = []
+    for c in cases:
+        want, got = _count(c), fn(c)
+        counts.append(want)
+        if got == want:
+            continue
+        where = (f"image_size={c.image_size}, patch_size={c.patch_size}, dim={c.dim}, "
+                 f"depth={c.depth}, mlp_ratio={c.mlp_ratio}, num_classes={c.num_classes}")
+        explanation = _mistakes(c).get(int(got) - want, "compare it term by term with the "
+                                       "per-component table of the chapter")
+        raise AssertionError(f"for {where} you get {got:,}, the model has {want:,} "
+                             f"({got - want:+,}): {explanation}")
+    passed("check_param_count", f"exact on {len(cases)} configs, from {min(counts) / 1e6:.1f}M "
+                                f"to {max(counts) / 1e6:.1f}M parameters.")
+
+
+def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    model.eval()
+    with torch.no_grad():
+        return model(images).softmax(dim=-1).topk(k, dim=-1)
+
+
+def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, Tensor]]) -> None:
+    """Grade a learner's ``fn(model, images, k) -> (probabilities, classes)``, the top k.
+
+    ``fn`` gets a model with dropout and drop path, left in training mode; it must switch
+    it to evaluation, run without building an autograd graph, turn the logits into
+    probabilities with a softmax over the classes, and return the k largest with their
+    class indices, both of shape ``(B, k)``.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_predict(_reference)
+        Correct! check_predict: eval mode, no autograd graph, softmax over the classes, top 3.
+    """
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = VisionTransformer(image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
+                                  num_classes=10, dropout=0.3, drop_path=0.3)
+        torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
+        images = torch.randn(4, 3, 16, 16)
+    k = 3
+    want_p, want_i = _reference(model, images, k)
+    with torch.no_grad():
+        logits = model(images)  # eval mode, left by _reference
+    model.train()
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        got = fn(model, images.clone(), k)
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
+        raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
+    got_p, got_i = got
+    if got_p.shape != (4, k) or got_i.shape != (4, k):
+        raise AssertionError(f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
+                             f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1")
+    if model.training:
+        raise AssertionError("the model is still in training mode: call model.eval() first, or "
+                             "dropout and drop path make the predictions random")
+    if got_p.requires_grad:
+        raise AssertionError("the result carries an autograd graph: run the model inside "
+                             "torch.no_grad() (or torch.inference_mode()) to save memory and time")
+    if close(got_p, logits.topk(k, dim=-1).values, atol=1e-5):
+        raise AssertionError("these are logits, not probabilities: apply softmax(dim=-1) first")
+    if close(got_p, logits.softmax(dim=0).topk(k, dim=-1).values, atol=1e-5):
+        raise AssertionError("the softmax runs over the batch (dim=0): it must run over the "
+                             "classes (dim=-1), so each image's probabilities sum to 1")
+    if not (close(got_p, want_p, atol=1e-5) and torch.equal(got_i, want_i)):
+        raise AssertionError("the top-k probabilities or classes differ from "
+                             "model(images).softmax(-1).topk(k) in eval mode")
+    passed("check_predict", f"eval mode, no autograd graph, softmax over the classes, top {k}.")

@@ -1,0 +1,223 @@
+"""Load torchvision and timm Vision Transformers into :class:`~vit_tutorial.vit.VisionTransformer`.
+
+The two libraries name the same tensors differently. Each has an explicit key map below
+(``{i}`` is a block number, ``{p}`` is ``weight`` or ``bias``); a conversion renames every
+key, checks every shape, and refuses to guess: a key of the source without a counterpart,
+a parameter of ours left without a value, or a shape that differs raises ``ValueError``
+listing them all. With the same weights the logits agree to float rounding (the tests and
+chapter 5 check at most 1e-4 of max abs difference).
+
+timm is a development dependency only: it is never imported here, the functions read the
+attributes of the model they are given.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import Tensor, nn
+
+from vit_tutorial.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "TORCHVISION_KEYS",
+    "TIMM_KEYS",
+    "torchvision_state_dict_to_ours",
+    "timm_state_dict_to_ours",
+    "load_converted",
+    "from_torchvision",
+    "from_timm",
+    "max_abs_logit_difference",
+]
+
+_TV_BLOCK = "encoder.layers.encoder_layer_{i}."
+#: torchvision ``VisionTransformer`` key -> our key.
+TORCHVISION_KEYS: dict[str, str] = {
+    "class_token": "cls_token",
+    "conv_proj.{p}": "patch_embed.proj.{p}",
+    "encoder.pos_embedding": "pos_embed.weight",
+    _TV_BLOCK + "ln_1.{p}": "encoder.blocks.{i}.norm1.{p}",
+    _TV_BLOCK + "self_attention.in_proj_weight": "encoder.blocks.{i}.attn.qkv.weight",
+    _TV_BLOCK + "self_attention.in_proj_bias": "encoder.blocks.{i}.attn.qkv.bias",
+    _TV_BLOCK + "self_attention.out_proj.{p}": "encoder.blocks.{i}.attn.proj.{p}",
+    _TV_BLOCK + "ln_2.{p}": "encoder.blocks.{i}.norm2.{p}",
+    _TV_BLOCK + "mlp.0.{p}": "encoder.blocks.{i}.mlp.fc1.{p}",
+    _TV_BLOCK + "mlp.3.{p}": "encoder.blocks.{i}.mlp.fc2.{p}",
+    _TV_BLOCK + "mlp.linear_1.{p}": "encoder.blocks.{i}.mlp.fc1.{p}",  # torchvision < 0.13
+    _TV_BLOCK + "mlp.linear_2.{p}": "encoder.blocks.{i}.mlp.fc2.{p}",
+    "encoder.ln.{p}": "norm.{p}",
+    "heads.head.{p}": "head.{p}",
+}
+
+#: timm ``VisionTransformer`` key -> our key (our names are timm's, inside ``encoder``).
+TIMM_KEYS: dict[str, str] = {
+    "cls_token": "cls_token",
+    "pos_embed": "pos_embed.weight",
+    "patch_embed.proj.{p}": "patch_embed.proj.{p}",
+    **{f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}"
+       for m in ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")},
+    "norm.{p}": "norm.{p}",
+    "fc_norm.{p}": "fc_norm.{p}",
+    "head.{p}": "head.{p}",
+}
+
+
+def _pattern(template: str) -> re.Pattern:
+    escaped = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", "(?P<p>weight|bias)")
+    return re.compile(escaped)
+
+
+def _convert(state_dict: dict[str, Tensor], key_map: dict[str, str], source: str) -> dict[str, Tensor]:
+    rules = [(_pattern(theirs), ours) for theirs, ours in key_map.items()]
+    out, unmatched = {}, []
+    for key, value in state_dict.items():
+        for pattern, ours in rules:
+            if match := pattern.fullmatch(key):
+                out[ours.format(**match.groupdict())] = value
+                break
+        else:
+            unmatched.append(key)
+    if unmatched:
+        raise ValueError(f"{len(unmatched)} {source} keys have no counterpart in vit_tutorial "
+                         f"(an unsupported variant?): {unmatched}")
+    return out
+
+
+def torchvision_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of a torchvision ViT state dict with :data:`TORCHVISION_KEYS`.
+
+    Raises:
+        ValueError: listing the keys that match no entry of the map.
+    """
+    return _convert(state_dict, TORCHVISION_KEYS, "torchvision")
+
+
+def timm_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of a timm ViT state dict with :data:`TIMM_KEYS`.
+
+    Raises:
+        ValueError: listing the keys that match no entry of the map.
+    """
+    return _convert(state_dict, TIMM_KEYS, "timm")
+
+
+def load_converted(model: VisionTransformer, state_dict: dict[str, Tensor],
+                   assign: bool = False) -> VisionTransformer:
+    """Load a converted state dict into ``model`` after checking every key and shape.
+
+    Args:
+        model: the model to fill.
+        state_dict: its new values, with our keys.
+        assign: take the tensors themselves, as :meth:`torch.nn.Module.load_state_dict`
+            does with ``assign=True`` (for a model built on the meta device).
+
+    Raises:
+        ValueError: listing our missing keys, unexpected keys and shape mismatches.
+    """
+    ours = model.state_dict()
+    missing = sorted(set(ours) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(ours))
+    shapes = [f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}"
+              for k in ours if k in state_dict and state_dict[k].shape != ours[k].shape]
+    if missing or unexpected or shapes:
+        raise ValueError(f"state dict does not fit the model: missing keys {missing}, "
+                         f"unexpected keys {unexpected}, shape mismatches {shapes}")
+    model.load_state_dict(state_dict, assign=assign)
+    return model
+
+
+def _mlp_ratio(dim: int, hidden_dim: int) -> float:
+    ratio = hidden_dim / dim
+    if int(dim * ratio) != hidden_dim:
+        raise ValueError(f"MLP width {hidden_dim} is not int(dim * ratio) for dim {dim}")
+    return ratio
+
+
+def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
+    return hw[0] if hw[0] == hw[1] else tuple(hw)
+
+
+def _build(config: ViTConfig, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
+    """Our model holding copies of ``state_dict``, in ``source``'s train/eval mode.
+
+    It is built on the meta device, which skips a random initialisation that the copies
+    would overwrite anyway, and the copies keep the source's device and dtype.
+    """
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    copies = {k: v.detach().clone() for k, v in state_dict.items()}
+    load_converted(model, copies, assign=True)
+    if any(t.is_meta for t in model.buffers()):  # only learned / no position embeddings here
+        raise RuntimeError("a buffer was left on the meta device")
+    return model.train(source.training)
+
+
+def from_torchvision(model: nn.Module) -> VisionTransformer:
+    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a torchvision ViT.
+
+    Works for ``torchvision.models.vit_b_16`` and its siblings (patch stem, no
+    ``representation_size``). Example, online only::
+
+        from torchvision.models import ViT_B_16_Weights, vit_b_16
+        ours = from_torchvision(vit_b_16(weights=ViT_B_16_Weights.IMAGENET1K_V1))
+
+    Raises:
+        ValueError: for a convolutional stem, or keys/shapes that do not map.
+    """
+    if not isinstance(model.conv_proj, nn.Conv2d):
+        raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
+    attn = model.encoder.layers[0].self_attention
+    config = ViTConfig(
+        image_size=model.image_size, patch_size=model.patch_size,
+        in_channels=model.conv_proj.in_channels, num_classes=model.num_classes,
+        dim=model.hidden_dim, depth=len(model.encoder.layers), num_heads=attn.num_heads,
+        mlp_ratio=_mlp_ratio(model.hidden_dim, model.mlp_dim),
+        qkv_bias=attn.in_proj_bias is not None, dropout=model.dropout,
+        attn_dropout=model.attention_dropout, norm_eps=model.encoder.ln.eps,
+    )
+    return _build(config, torchvision_state_dict_to_ours(model.state_dict()), model)
+
+
+def from_timm(model: nn.Module) -> VisionTransformer:
+    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a timm ViT.
+
+    Works for ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs:
+    class-token pooling (``global_pool='token'``) or average pooling without a class token
+    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale.
+
+    Raises:
+        ValueError: for an unsupported pooling, activation or head, or keys/shapes that
+            do not map.
+    """
+    pool = {("token", True): "cls", ("avg", False): "mean"}.get(
+        (model.global_pool, model.has_class_token))
+    if pool is None:
+        raise ValueError(f"unsupported timm pooling global_pool={model.global_pool!r} with "
+                         f"class_token={model.has_class_token}")
+    if model.num_classes < 1:
+        raise ValueError("the timm model has no classifier head (num_classes=0)")
+    block = model.blocks[0]
+    if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
+        raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
+    config = ViTConfig(
+        image_size=_size(model.patch_embed.img_size), patch_size=_size(model.patch_embed.patch_size),
+        in_channels=model.patch_embed.proj.in_channels, num_classes=model.num_classes,
+        dim=model.embed_dim, depth=len(model.blocks), num_heads=block.attn.num_heads,
+        mlp_ratio=_mlp_ratio(model.embed_dim, block.mlp.fc1.out_features),
+        qkv_bias=block.attn.qkv.bias is not None, pool=pool,
+        pos_embed="learned" if model.pos_embed is not None else "none",
+        dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
+        norm_eps=block.norm1.eps,
+    )
+    return _build(config, timm_state_dict_to_ours(model.state_dict()), model)
+
+
+def max_abs_logit_difference(a: nn.Module, b: nn.Module, images: Tensor) -> float:
+    """``max |a(images) - b(images)|`` in eval mode without gradients (both restored after)."""
+    modes = a.training, b.training
+    a.eval(), b.eval()
+    with torch.no_grad():
+        diff = (a(images) - b(images)).abs().max().item()
+    a.train(modes[0]), b.train(modes[1])
+    return diff
