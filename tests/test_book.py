@@ -61,14 +61,23 @@ def test_executed_top_to_bottom_without_errors(chapter):
             assert " at 0x" not in text, f"a memory address in an output: {text[:80]}"
 
 
+def markers(text: str) -> set[str]:
+    """nbval's comment markers in a cell: a comment line that is exactly the marker."""
+    return {line.strip().lstrip("#").strip() for line in text.splitlines()
+            if line.strip().startswith("#")} & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
 def test_nbval_markers_are_used_as_the_rules_say(chapter):
     for cell in code_cells(chapter):
         text = source(cell)
-        if "# NBVAL_SKIP" in text:
+        for line in text.splitlines():
+            if "NBVAL_" in line:
+                assert markers(line), f"nbval ignores this malformed marker: {line.strip()}"
+        if "NBVAL_SKIP" in markers(text):
             assert not cell["outputs"], f"a skipped (online-only) cell has invented outputs: {text[:80]}"
             assert re.search(r"online|GPU", text, re.IGNORECASE), "say why the cell is skipped"
-        if "# NBVAL_IGNORE_OUTPUT" in text:
+        if "NBVAL_IGNORE_OUTPUT" in markers(text):
             assert re.search(r"^\s*assert\b", text, re.MULTILINE), (
                 f"a cell whose output is ignored must assert its claim: {text[:80]}"
             )
