@@ -29,7 +29,7 @@ def colab_cell_source() -> str:
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "vit_tutorial[data] @ git+{url}@{branch}"'
+        f'    %pip install -q "vit_tutorial[book] @ git+{url}@{branch}"'
     )
 
 
