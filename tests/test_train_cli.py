@@ -1,0 +1,105 @@
+"""Tests for vit_tutorial/train.py: the presets, the command line, and 2-process DDP on the CPU."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from vit_tutorial.train import RECIPES, main, train_recipe
+from vit_tutorial.vit import VisionTransformer
+
+TINY = ["--preset", "digits-tiny", "--no-progress"]
+
+
+def test_presets_build_valid_models():
+    for name, recipe in RECIPES.items():
+        size, channels = (8, 1) if recipe.dataset == "digits" else (32, 3)
+        model = VisionTransformer(image_size=size, in_channels=channels, num_classes=10,
+                                  **recipe.model)
+        assert model(torch.zeros(2, channels, size, size)).shape == (2, 10), name
+    assert RECIPES["digits"].model["stem"] == "conv"  # the target recipe is the hybrid ViT
+
+
+def test_main_trains_and_prints_the_test_accuracy(capsys):
+    result = main(TINY)
+    out = capsys.readouterr().out
+    assert f"test accuracy {100 * result.test_accuracy:.2f}%" in out and "training time" in out
+    assert result.test_accuracy > 0.3  # 2 epochs of a tiny model: far above chance (0.1)
+    assert len(result.history["epoch"]) == 2
+    assert result.train_seconds == pytest.approx(sum(result.history["time"]))
+
+
+def test_seed_changes_the_run_and_repeats_it():
+    a = train_recipe("digits-tiny", seed=0, epochs=1, progress=False)
+    b = train_recipe("digits-tiny", seed=0, epochs=1, progress=False)
+    c = train_recipe("digits-tiny", seed=1, epochs=1, progress=False)
+    assert a.history["train_loss"] == b.history["train_loss"]
+    assert a.history["train_loss"] != c.history["train_loss"]
+
+
+def test_checkpoint_and_resume_from_the_command_line(tmp_path, capsys):
+    path = tmp_path / "run.pt"
+    first = main([*TINY, "--checkpoint", str(path)])
+    assert torch.load(path, weights_only=True)["epoch"] == 2
+    with pytest.raises(SystemExit):
+        main([*TINY, "--checkpoint", str(path)])
+    assert "exists: pass --resume" in capsys.readouterr().err
+    again = main([*TINY, "--checkpoint", str(path), "--resume"])  # finished: nothing to redo
+    assert again.history == first.history
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
+                                                 again.model.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dataset", "cifar10", "--preset", "digits"], "preset 'digits' is for dataset 'digits'"),
+    (["--resume"], "--resume needs --checkpoint PATH"),
+    (["--preset", "nope"], "invalid choice: 'nope'"),
+])
+def test_bad_command_lines_exit_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_preset_in_python_raises():
+    with pytest.raises(ValueError, match="unknown preset 'nope'; valid presets: .*'digits'"):
+        train_recipe("nope")
+
+
+def test_module_runs_as_a_script():
+    out = subprocess.run([sys.executable, "-m", "vit_tutorial.train", *TINY, "--epochs", "1"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "preset digits-tiny (seed 0): test accuracy" in out
+
+
+def test_torchrun_two_processes_end_with_identical_weights(tmp_path):
+    script = tmp_path / "run_rank.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        import torch
+        from vit_tutorial.train import main
+        result = main(sys.argv[2:])
+        torch.save(result.model.state_dict(), os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.pt"))
+    """))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(script), str(tmp_path), *TINY, "--epochs", "1",
+               "--checkpoint", str(tmp_path / "ckpt.pt")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    for name, weight in rank0.items():
+        assert torch.equal(weight, rank1[name]), name  # DDP kept the replicas in step
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)  # written by rank 0 only
+    assert all(torch.equal(saved["model"][k], v) for k, v in rank0.items())
+    assert saved["history"]["epoch"] == [1]
+    torch.manual_seed(0)  # the initial weights of seed 0: training moved them
+    initial = VisionTransformer(image_size=8, in_channels=1, num_classes=10,
+                                **RECIPES["digits-tiny"].model).state_dict()
+    assert not torch.equal(initial["patch_embed.proj.weight"], rank0["patch_embed.proj.weight"])
+    lines = [line for line in run.stdout.splitlines() if "test accuracy" in line]
+    assert len(lines) == 1 and "2 processes" in lines[0]  # only rank 0 prints

@@ -1,0 +1,358 @@
+"""Tests for vit_tutorial/training.py and its exercise checkers: groups, schedule, fit, checkpoints."""
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from timm.optim import param_groups_weight_decay
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import vit_tutorial.training as training
+from vit_tutorial.data import make_loader
+from vit_tutorial.exercises import check_lr_schedule, check_param_groups
+from vit_tutorial.exercises.training import _lr_at
+from vit_tutorial.training import (
+    evaluate,
+    fit,
+    load_checkpoint,
+    param_groups,
+    predict,
+    resolve_device,
+    save_checkpoint,
+    warmup_cosine,
+)
+from vit_tutorial.vit import VisionTransformer
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def tiny_vit(**fields):
+    kwargs = dict(image_size=4, patch_size=2, in_channels=1, num_classes=3, dim=16, depth=1,
+                  num_heads=2, mlp_ratio=2.0)
+    return VisionTransformer(**{**kwargs, **fields})
+
+
+def blobs(n=96, seed=0):
+    """Three classes of 1×4×4 images, a fixed pattern per class plus noise: easy to learn."""
+    patterns = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(42))
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % 3
+    return TensorDataset(patterns[y] + 0.5 * torch.randn(n, 1, 4, 4, generator=g), y)
+
+
+def loaders(batch_size=16, seed=0):
+    return (make_loader(blobs(), batch_size, shuffle=True, seed=seed),
+            make_loader(blobs(48, seed=1), 64, shuffle=False))
+
+
+ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1,
+            grad_clip=1.0, progress=False)
+
+
+# --- optimiser groups and schedule --------------------------------------------------------
+
+
+def test_param_groups_exempt_biases_norms_class_token_and_positions():
+    model = tiny_vit()
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    exempt = {names[id(p)] for p in no_decay["params"]}
+    assert {"cls_token", "pos_embed.weight"} <= exempt
+    assert all(n.endswith("bias") or "norm" in n or n in {"cls_token", "pos_embed.weight"}
+               for n in exempt)
+    assert all(names[id(p)].endswith("weight") and p.ndim >= 2 for p in decay["params"])
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_param_groups_match_timm():
+    model = tiny_vit(pool="mean", pos_embed="relative")
+    ours = param_groups(model, 0.05)
+    theirs = param_groups_weight_decay(model, 0.05,
+                                      no_weight_decay_list=model.no_weight_decay())
+    as_ids = lambda groups: sorted(sorted(map(id, g["params"])) for g in groups)  # noqa: E731
+    assert as_ids(ours) == as_ids(theirs)
+
+
+def test_warmup_cosine_follows_the_formula():
+    p = nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([p], lr=2.0)
+    scheduler = warmup_cosine(optimizer, warmup_steps=5, total_steps=20)
+    got = []
+    for _ in range(20):
+        got.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    want = [2.0 * (t + 1) / 6 if t < 5 else 0.5 * 2.0 * (1 + math.cos(math.pi * (t - 5) / 15))
+            for t in range(20)]
+    assert got == pytest.approx(want, abs=1e-9)
+    assert max(got) == pytest.approx(2.0)
+
+
+def test_warmup_cosine_without_warmup_and_bad_steps():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    assert isinstance(warmup_cosine(optimizer, 0, 10), torch.optim.lr_scheduler.CosineAnnealingLR)
+    with pytest.raises(ValueError, match="warmup_steps=10 and total_steps=10"):
+        warmup_cosine(optimizer, 10, 10)
+
+
+def test_resolve_device_and_amp_choices():
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert resolve_device() == torch.device("cpu")
+    cpu = torch.device("cpu")
+    assert training._amp_dtype("auto", cpu) is None  # nothing on the CPU
+    assert training._amp_dtype("bf16", cpu) is torch.bfloat16
+    assert training._amp_dtype(None, cpu) is None
+    with pytest.raises(ValueError, match="amp='fp16' needs a CUDA device, got device cpu"):
+        training._amp_dtype("fp16", cpu)
+    with pytest.raises(ValueError, match="amp must be .* got 'fp8'"):
+        training._amp_dtype("fp8", cpu)
+
+
+# --- evaluate and fit ----------------------------------------------------------------------
+
+
+def test_evaluate_matches_a_manual_computation():
+    model = tiny_vit()
+    data = blobs(40)
+    loader = make_loader(data, 16, shuffle=False)
+    model.eval()
+    with torch.no_grad():
+        logits = model(data.tensors[0])
+    got = evaluate(model, loader)
+    assert got["loss"] == pytest.approx(F.cross_entropy(logits, data.tensors[1]).item(), abs=1e-6)
+    acc = (logits.argmax(-1) == data.tensors[1]).float().mean().item()
+    assert got["accuracy"] == pytest.approx(acc)
+    logits2, labels = predict(model, loader)
+    torch.testing.assert_close(logits2, logits)
+    assert torch.equal(labels, data.tensors[1])
+
+
+def test_fit_learns_and_records_history():
+    model = tiny_vit()
+    train_loader, val_loader = loaders()
+    history = fit(model, train_loader, val_loader, **{**ARGS, "epochs": 8})
+    assert set(history) == {"epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time"}
+    assert all(len(v) == 8 for v in history.values())
+    assert history["epoch"] == list(range(1, 9))
+    assert history["train_loss"][-1] < history["train_loss"][0]
+    assert history["val_acc"][-1] == 1.0
+    assert history["val_acc"][-1] == evaluate(model, val_loader)["accuracy"]
+    assert max(history["lr"]) <= ARGS["lr"] and history["lr"][-1] < 1e-4  # cosine to ~0
+    assert model.training  # fit leaves the model in training mode, evaluate restores it
+
+
+def test_fit_without_validation_records_nan():
+    history = fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1})
+    assert math.isnan(history["val_acc"][0]) and history["train_acc"][0] > 0
+
+
+def test_fit_is_reproducible():
+    def run():
+        torch.manual_seed(1)
+        model = tiny_vit(dropout=0.1)
+        fit(model, loaders()[0], None, **ARGS)
+        return model.state_dict()
+
+    a, b = run(), run()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fit_uses_no_decay_groups_and_clips(monkeypatch):
+    calls = []
+    clip = nn.utils.clip_grad_norm_
+    monkeypatch.setattr(nn.utils, "clip_grad_norm_",
+                        lambda params, max_norm: calls.append(max_norm) or clip(params, max_norm))
+    fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1, "grad_clip": 0.5})
+    assert calls == [0.5] * 6  # 96 samples / 16 per batch
+    calls.clear()
+    fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1, "grad_clip": None})
+    assert calls == []
+
+
+def test_fit_bf16_autocast_on_cpu_runs():
+    history = fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, amp="bf16")
+    assert math.isfinite(history["train_loss"][0])
+
+
+def test_fit_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="epochs=0 and lr=0.1"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 0, "lr": 0.1})
+    empty = make_loader(blobs(8), 16, shuffle=True, drop_last=True)
+    with pytest.raises(ValueError, match="train_loader yields no batches"):
+        fit(tiny_vit(), empty, None, **ARGS)
+
+
+def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(capsys):
+    fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 2})
+    assert capsys.readouterr().out == ""
+    fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 2, "progress": True})
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in out] == ["1/2", "2/2"]
+
+
+# --- checkpoints and resuming -------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_with_weights_only(tmp_path):
+    model = tiny_vit()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(2, 1, 4, 4)).sum().backward()
+    optimizer.step()
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, optimizer, epoch=3, history={"val_acc": [0.5]})
+    raw = torch.load(path, weights_only=True)  # only tensors and plain containers inside
+    assert raw["config"]["dim"] == 16 and raw["epoch"] == 3
+    other = tiny_vit()
+    other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
+    torch.manual_seed(123)
+    state = load_checkpoint(path, other, other_optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 other.state_dict().values(), strict=True))
+    assert other_optimizer.state_dict()["state"][0]["step"] == 1
+    assert state["history"] == {"val_acc": [0.5]}
+
+
+def test_checkpoint_restores_the_rng(tmp_path):
+    torch.manual_seed(7)
+    save_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
+    expected = torch.rand(3)
+    torch.rand(100)
+    load_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_checkpoint_config_mismatch_names_the_fields(tmp_path):
+    save_checkpoint(tmp_path / "c.pt", tiny_vit())
+    with pytest.raises(ValueError, match=r"different model config: dim: checkpoint 16 vs model 32;"
+                                         r" num_heads: checkpoint 2 vs model 4"):
+        load_checkpoint(tmp_path / "c.pt", tiny_vit(dim=32, num_heads=4))
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, nn.Linear(2, 2), epoch=1)
+
+    def crash(obj, f):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(training.torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, nn.Linear(2, 2), epoch=2)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["epoch"] == 1  # the old file is intact
+    assert os.listdir(tmp_path) == ["c.pt"]  # and no temporary file is left
+
+
+class Crash:
+    """A loader that raises after ``after`` batches, like a run killed mid-training."""
+
+    def __init__(self, loader, after):
+        self.loader, self.after, self.sampler = loader, after, loader.sampler
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            if self.after == 0:
+                raise RuntimeError("simulated crash")
+            self.after -= 1
+            yield batch
+
+
+def test_resumed_run_ends_with_the_same_weights(tmp_path):
+    args = {**ARGS, "epochs": 5}
+    torch.manual_seed(3)
+    straight = tiny_vit(dropout=0.1, drop_path=0.1)  # dropout: the RNG state matters too
+    history = fit(straight, *loaders(), **args)
+
+    torch.manual_seed(3)
+    model = tiny_vit(dropout=0.1, drop_path=0.1)
+    train_loader, val_loader = loaders()
+    path = tmp_path / "run.pt"
+    with pytest.raises(RuntimeError, match="simulated crash"):  # dies in epoch 3
+        fit(model, Crash(train_loader, after=2 * 6 + 3), val_loader, **args,
+            checkpoint_path=path)
+    assert torch.load(path, weights_only=True)["epoch"] == 2
+    torch.manual_seed(999)  # a new process: other RNG state, fresh model
+    resumed = tiny_vit(dropout=0.1, drop_path=0.1)
+    resumed_history = fit(resumed, *loaders(), **args, checkpoint_path=path)
+
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
+    for key in ("train_loss", "val_acc", "lr"):
+        assert resumed_history[key] == history[key]
+    assert fit(resumed, *loaders(), **args, checkpoint_path=path)["epoch"] == [1, 2, 3, 4, 5]
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, checkpoint_path=path)
+    with pytest.raises(ValueError, match="trained with epochs=1, lr=0.003, not epochs=2, lr=0.01"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 2, "lr": 0.01},
+            checkpoint_path=path)
+    with pytest.raises(ValueError, match="dim: checkpoint 16 vs model 8"):
+        fit(tiny_vit(dim=8), loaders()[0], None, **{**ARGS, "epochs": 1}, checkpoint_path=path)
+
+
+# --- exercise checkers --------------------------------------------------------------------
+
+
+def test_check_lr_schedule_accepts_the_formula(capsys):
+    check_lr_schedule(_lr_at)
+    assert capsys.readouterr().out.startswith("Correct! check_lr_schedule")
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda t, lr, w, T: lr * t / w if t < w else _lr_at(t, lr, w, T), "warm-up starts at 0"),
+    (lambda t, lr, w, T: _lr_at(t, lr, 0, T), "there is no warm-up"),
+    (lambda t, lr, w, T: _lr_at(t, lr, w, T) if t < w
+     else lr * (1 + math.cos(math.pi * t / T)) / 2, r"phase is π\(t - w\)/\(T - w\)"),
+    (lambda t, lr, w, T: _lr_at(t, lr, w, T) if t < w
+     else lr * math.cos(math.pi * (t - w) / (T - w)), "the cosine goes negative"),
+    (lambda t, lr, w, T: lr, r"step 0 of lr=0.001, warmup_steps=5, total_steps=50: got 0.001"),
+])
+def test_check_lr_schedule_explains_mistakes(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_lr_schedule(wrong)
+
+
+def test_check_param_groups_accepts_the_package(capsys):
+    check_param_groups(param_groups)
+    assert capsys.readouterr().out.startswith("Correct! check_param_groups")
+
+
+def _by_rule(rule, rate=0.05):
+    def fn(model, weight_decay):
+        params = list(model.named_parameters())
+        return [{"params": [p for n, p in params if rule(n, p)], "weight_decay": rate},
+                {"params": [p for n, p in params if not rule(n, p)], "weight_decay": 0.0}]
+    return fn
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_by_rule(lambda n, p: True), "biases and norm weights are decayed"),
+    (_by_rule(lambda n, p: p.ndim >= 2), r"\['cls_token', 'pos_embed.weight'\] are decayed"),
+    (_by_rule(lambda n, p: p.ndim > 2), "weight matrices escape decay"),
+    (_by_rule(lambda n, p: p.ndim >= 2, rate=0.1), r"must use the weight_decay argument \(0.05\)"),
+    (lambda model, wd: [{"params": list(model.parameters())[1:], "weight_decay": wd}],
+     r"missing from every group: \['cls_token'\]"),
+    (lambda model, wd: [{"params": list(model.parameters()), "weight_decay": wd},
+                        {"params": list(model.parameters())[:1], "weight_decay": 0.0}],
+     "in two groups"),
+    (lambda model, wd: list(model.parameters()), "list of dicts"),
+    (lambda model, wd: [{"params": list(model.parameters())}], r"default \(0.01 for AdamW\)"),
+])
+def test_check_param_groups_explains_mistakes(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_param_groups(wrong)

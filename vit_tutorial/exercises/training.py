@@ -1,0 +1,134 @@
+"""Checkers for chapter 6: AdamW's parameter groups and the warm-up + cosine schedule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from vit_tutorial.exercises._common import passed
+from vit_tutorial.training import param_groups, warmup_cosine
+from vit_tutorial.vit import VisionTransformer
+
+__all__ = ["check_param_groups", "check_lr_schedule"]
+
+
+def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
+    """The reference, in closed form."""
+    if step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    return lr * (1 + math.cos(math.pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2
+
+
+def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
+    """Grade a learner's ``fn(step, lr, warmup_steps, total_steps) -> float``.
+
+    It must return the learning rate that step ``step`` (from 0) uses under
+    :func:`~vit_tutorial.training.warmup_cosine`: ``lr · (t + 1) / (w + 1)`` during the
+    warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (T - w))) / 2``. The answer is
+    compared with the rates the torch schedulers actually produce.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_lr_schedule(_lr_at)
+        Correct! check_lr_schedule: matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.
+    """
+    for lr, w, T in [(1e-3, 5, 50), (0.5, 10, 30), (2e-3, 1, 7)]:
+        optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
+        scheduler = warmup_cosine(optimizer, w, T)
+        for t in range(T):
+            want = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            got = fn(t, lr, w, T)
+            if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
+                continue
+            where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={T}: got {got:.6g}, want {want:.6g}"
+            if t < w and math.isclose(got, lr * t / w, rel_tol=1e-6):
+                hint = ("your warm-up starts at 0, so the first step does not learn at all; "
+                        "step t uses lr·(t + 1)/(w + 1), reaching lr at step w")
+            elif t < w and math.isclose(got, _lr_at(t, lr, 0, T), rel_tol=1e-6):
+                hint = "there is no warm-up: the rate must rise linearly during the first w steps"
+            elif t >= w and math.isclose(got, lr * (1 + math.cos(math.pi * t / T)) / 2,
+                                         rel_tol=1e-6):
+                hint = ("the cosine must start after the warm-up: its phase is π(t - w)/(T - w), "
+                        "not πt/T, or the peak rate is never used")
+            elif t >= w and math.isclose(got, lr * math.cos(math.pi * (t - w) / (T - w)),
+                                         rel_tol=1e-6, abs_tol=1e-12):
+                hint = ("the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0")
+            else:
+                hint = "compare with the two formulas in the chapter"
+            raise AssertionError(f"{where}; {hint}.")
+    passed("check_lr_schedule", "matches torch's LinearLR + CosineAnnealingLR at every step "
+                                "of 3 schedules.")
+
+
+def _names(model: nn.Module, groups: list[dict]) -> set[str]:
+    """Names of the parameters that ``groups`` decay."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)] for g in groups if g.get("weight_decay", 0) > 0 for p in g["params"]}
+
+
+def check_param_groups(fn: Callable[[nn.Module, float], list[dict]]) -> None:
+    """Grade a learner's ``fn(model, weight_decay) -> list of AdamW parameter groups``.
+
+    Every parameter must appear in exactly one group. The weight matrices (and convolution
+    kernels) get ``weight_decay``; biases, normalisation weights and the names in
+    ``model.no_weight_decay()`` (class token, position embeddings) get ``weight_decay=0``.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_param_groups(param_groups)
+        Correct! check_param_groups: 2 models, every parameter in the right group.
+    """
+    models = [VisionTransformer(image_size=8, patch_size=2, in_channels=1, num_classes=10,
+                                dim=16, depth=2, num_heads=2),
+              VisionTransformer(image_size=8, patch_size=1, in_channels=1, num_classes=10,
+                                dim=16, depth=1, num_heads=2, stem="conv", pool="mean",
+                                pos_embed="relative")]
+    for model in models:
+        groups = fn(model, 0.05)
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g
+                                                   for g in groups):
+            raise AssertionError("return a list of dicts, each with 'params' (a list of "
+                                 "parameters) and 'weight_decay'")
+        if not all("weight_decay" in g for g in groups):
+            raise AssertionError("give every group its 'weight_decay': a group without one takes "
+                                 "the optimiser's default (0.01 for AdamW), not 0")
+        seen = [id(p) for g in groups for p in g["params"]]
+        if len(seen) != len(set(seen)):
+            raise AssertionError("a parameter is in two groups; each must be in exactly one")
+        missing = {n for n, p in model.named_parameters() if id(p) not in set(seen)}
+        if missing:
+            raise AssertionError(f"parameters missing from every group: {sorted(missing)}")
+        rates = {g.get("weight_decay") for g in groups if g.get("weight_decay", 0) > 0}
+        if rates - {0.05}:
+            raise AssertionError(f"the decayed group must use the weight_decay argument (0.05), "
+                                 f"got {sorted(rates)}")
+        decayed = _names(model, groups)
+        want_decayed = _names(model, param_groups(model, 0.05))
+        if decayed == want_decayed:
+            continue
+        wrongly_decayed, wrongly_exempt = decayed - want_decayed, want_decayed - decayed
+        special = set(model.no_weight_decay())
+        hints = []
+        if wrongly_decayed & special:
+            hints.append(f"{sorted(wrongly_decayed & special)} are decayed: the class token and "
+                         "position embeddings are listed by model.no_weight_decay(); decaying "
+                         "them pulls them to zero, erasing what they encode")
+        if wrongly_decayed - special:
+            examples = sorted(wrongly_decayed - special)[:3]
+            hints.append(f"biases and norm weights are decayed ({examples}...): exempt every "
+                         "parameter with fewer than 2 dimensions")
+        if wrongly_exempt:
+            hints.append(f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
+                         "parameters with fewer than 2 dimensions, and the no_weight_decay() "
+                         "names, are exempt")
+        raise AssertionError("; and ".join(hints))
+    passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")
