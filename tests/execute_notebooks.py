@@ -32,7 +32,7 @@ def execute(path: Path, timeout: int = 1200) -> float:
     """Run every cell of ``path`` in a fresh kernel and write the outputs back; return seconds."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.perf_counter() - start
     coalesce_streams(nb)
