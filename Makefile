@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # pip prints one harmless line per package about the mirror layout; hide those.
-QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
+QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
 
 .PHONY: help setup test lint pytest book book-only notebooks colab-cells bench lock clean

@@ -29,7 +29,7 @@ from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.encoder import MLP, DropPath
 from vit_tutorial.patches import PatchEmbedding, pair
 from vit_tutorial.positional import LearnedPositionalEmbedding, sinusoidal_2d
-from vit_tutorial.vit import _init_weights
+from vit_tutorial.vit import _init_weights, check_sizes_and_rates
 
 __all__ = ["AxialAttention", "AxialEncoderBlock", "AxialViTConfig", "AxialViT", "axial_mask",
            "attention_flops"]
@@ -186,12 +186,7 @@ class AxialViTConfig:
     def __post_init__(self) -> None:
         if self.pos_embed not in ("learned", "sincos2d"):
             raise ValueError(f"pos_embed must be 'learned' or 'sincos2d', got {self.pos_embed!r}")
-        for name in ("num_classes", "in_channels", "dim", "depth", "num_heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("dropout", "attn_dropout", "drop_path"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_sizes_and_rates(self)
 
 
 class AxialViT(nn.Module):

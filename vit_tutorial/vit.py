@@ -36,6 +36,22 @@ POS_EMBEDS = ("learned", "sincos2d", "relative", "none")
 STEMS = ("patch", "conv")
 
 
+def check_sizes_and_rates(config: object) -> None:
+    """Validate the fields a ViT-like config shares: sizes, counts and dropout rates.
+
+    Raises:
+        ValueError: a count below 1 or a rate outside ``[0, 1)``, naming the field and value.
+        TypeError: a malformed ``image_size`` or ``patch_size``.
+    """
+    for name in ("num_classes", "in_channels", "dim", "depth", "num_heads"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(config, name)}")
+    for name in ("dropout", "attn_dropout", "drop_path"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {getattr(config, name)}")
+    pair(config.image_size), pair(config.patch_size)  # TypeError for malformed sizes
+
+
 @dataclasses.dataclass
 class ViTConfig:
     """Every choice that defines a :class:`VisionTransformer` (defaults: ViT-B/16).
@@ -92,16 +108,10 @@ class ViTConfig:
                                    POS_EMBEDS), ("stem", self.stem, STEMS)]:
             if value not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {value!r}")
-        for name in ("num_classes", "in_channels", "dim", "depth", "num_heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("dropout", "attn_dropout", "drop_path"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_sizes_and_rates(self)
         if self.dynamic_image_size and self.pos_embed == "relative":
             raise ValueError("dynamic_image_size is not supported with pos_embed='relative' "
                              "(its table is sized for one grid)")
-        pair(self.image_size), pair(self.patch_size)  # TypeError for malformed sizes
 
     @property
     def class_token(self) -> bool:
