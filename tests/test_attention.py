@@ -70,7 +70,7 @@ def test_attention_rows_sum_to_one():
     _, weights = scaled_dot_product_attention(q, k, v, torch.randn(9, 9))
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 9))
     attn = MultiHeadSelfAttention(32, 4)
-    _, weights = attn(torch.randn(3, 9, 32), return_attention=True)
+    _, weights = attn.forward_with_weights(torch.randn(3, 9, 32))
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 9))
 
 
@@ -96,7 +96,7 @@ def test_module_equals_torch_multihead_attention():
         ref.out_proj.weight.copy_(ours.proj.weight)
         ref.out_proj.bias.copy_(ours.proj.bias)
     x = torch.randn(3, 11, dim)
-    out, weights = ours(x, return_attention=True)
+    out, weights = ours.forward_with_weights(x)
     ref_out, ref_weights = ref(x, x, x, need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=0)
@@ -109,7 +109,7 @@ def test_fused_and_explicit_paths_agree(bias_shape):
     x = torch.randn(3, 11, 32)
     bias = None if bias_shape is None else torch.randn(bias_shape)
     fused = attn(x, attn_bias=bias)
-    explicit, _ = attn(x, attn_bias=bias, return_attention=True)
+    explicit, _ = attn.forward_with_weights(x, attn_bias=bias)
     attn.fused = False
     unfused = attn(x, attn_bias=bias)
     torch.testing.assert_close(fused, explicit, atol=1e-6, rtol=0)
@@ -121,7 +121,7 @@ def test_attn_bias_changes_the_output():
     x = torch.randn(1, 5, 16)
     blocked = torch.zeros(5, 5)
     blocked[:, 1:] = float("-inf")  # every token may only look at token 0
-    out, weights = attn(x, attn_bias=blocked, return_attention=True)
+    out, weights = attn.forward_with_weights(x, attn_bias=blocked)
     assert (weights[..., 0] == 1).all()
     assert not torch.allclose(out, attn(x))
 

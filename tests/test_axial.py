@@ -17,12 +17,12 @@ from vit_tutorial.axial import (
     AxialEncoderBlock,
     AxialViT,
     AxialViTConfig,
+    along_axis,
     attention_flops,
     axial_mask,
 )
 from vit_tutorial.data import make_loader
 from vit_tutorial.exercises import check_axial_attention, check_axial_scores
-from vit_tutorial.exercises.axial import _along
 from vit_tutorial.measure import median_seconds, peak_memory
 from vit_tutorial.training import fit, load_checkpoint, param_groups
 
@@ -34,8 +34,8 @@ def _seed():
 
 def full_twin(axial: AxialAttention) -> MultiHeadSelfAttention:
     """Full attention with the same weights as ``axial``."""
-    full = MultiHeadSelfAttention(axial.dim, axial.num_heads).eval()
-    full.load_state_dict(axial.state_dict())
+    full = MultiHeadSelfAttention(axial.attn.dim, axial.attn.num_heads).eval()
+    full.load_state_dict(axial.attn.state_dict())
     return full
 
 
@@ -95,16 +95,16 @@ def test_permuting_rows_and_columns_permutes_the_output():
                                    atol=1e-6, rtol=0)
 
 
-def test_return_attention_gives_one_matrix_per_column_or_row():
+def test_forward_with_weights_gives_one_matrix_per_column_or_row():
     x = torch.randn(2, 3, 5, 16)
     height = AxialAttention(16, 4, "height").eval()
-    out, weights = height(x, return_attention=True)
+    out, weights = height.forward_with_weights(x)
     assert weights.shape == (2, 5, 4, 3, 3)  # (B, Gw, h, Gh, Gh)
     torch.testing.assert_close(out, height(x), atol=1e-6, rtol=0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 5, 4, 3))
-    _, column_1 = full_twin(height)(x[:, :, 1], return_attention=True)
+    _, column_1 = full_twin(height).forward_with_weights(x[:, :, 1])
     torch.testing.assert_close(weights[:, 1], column_1, atol=1e-6, rtol=0)
-    _, weights = AxialAttention(16, 4, "width").eval()(x, return_attention=True)
+    _, weights = AxialAttention(16, 4, "width").eval().forward_with_weights(x)
     assert weights.shape == (2, 3, 4, 5, 5)  # (B, Gh, h, Gw, Gw)
 
 
@@ -285,13 +285,13 @@ def test_bad_input_shapes():
 
 
 def test_bad_config_and_images():
-    with pytest.raises(ValueError, match=r"pos_embed must be 'learned' or 'sincos2d', got 'rope'"):
+    with pytest.raises(ValueError, match=r"pos_embed must be one of \('learned', 'sincos2d'\), got 'rope'"):
         AxialViTConfig(pos_embed="rope")
     with pytest.raises(ValueError, match=r"depth must be at least 1, got 0"):
         tiny(depth=0)
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\), got 1.0"):
         tiny(drop_path=1.0)
-    with pytest.raises(ValueError, match=r"mlp_ratio must be positive, got 0"):
+    with pytest.raises(ValueError, match=r"at least one hidden unit, got hidden_dim=0"):
         AxialEncoderBlock(16, 4, mlp_ratio=0)
     with pytest.raises(TypeError, match=r"unknown AxialViTConfig fields \['pool'\]"):
         tiny(pool="cls")
@@ -307,7 +307,7 @@ def test_bad_config_and_images():
 
 
 def test_axial_checker_accepts_correct_solutions(capsys):
-    check_axial_attention(_along)
+    check_axial_attention(along_axis)
 
     def with_permute(x, attend, axis):  # another correct way: permute, reshape, and back
         B, gh, gw, D = x.shape
@@ -329,11 +329,11 @@ def _reshape_fold(x, attend, axis):
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (lambda x, attend, axis: _along(x, attend, "width" if axis == "height" else "height"),
+        (lambda x, attend, axis: along_axis(x, attend, "width" if axis == "height" else "height"),
          "other axis"),
         (_reshape_fold, "does not gather columns"),
         (lambda x, attend, axis: attend(x.flatten(1, 2)).reshape(x.shape), "whole grid"),
-        (lambda x, attend, axis: rearrange(_along(x, attend, axis), "b h w d -> b w h d"),
+        (lambda x, attend, axis: rearrange(along_axis(x, attend, axis), "b h w d -> b w h d"),
          "layout"),
         (lambda x, attend, axis: x, "differs"),
         (lambda x, attend, axis: x.tolist(), "must return a tensor"),

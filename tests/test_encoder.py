@@ -135,9 +135,9 @@ class _TorchvisionAdapter:
 def test_block_returns_the_weights_of_its_attention():
     block = EncoderBlock(32, 4).eval()
     x = torch.randn(2, 6, 32)
-    out, weights = block(x, return_attention=True)
+    out, weights = block.forward_with_weights(x)
     torch.testing.assert_close(out, block(x), atol=1e-6, rtol=0)
-    _, expected = block.attn(block.norm1(x), return_attention=True)
+    _, expected = block.attn.forward_with_weights(block.norm1(x))
     torch.testing.assert_close(weights, expected)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
 
@@ -147,7 +147,7 @@ def test_block_passes_attn_bias_through():
     x = torch.randn(1, 5, 16)
     bias = torch.zeros(5, 5)
     bias[:, 1:] = float("-inf")  # every query may look at token 0 only
-    out, weights = block(x, attn_bias=bias, return_attention=True)
+    out, weights = block.forward_with_weights(x, attn_bias=bias)
     assert (weights[..., 0] == 1).all()
     assert not torch.allclose(out, block(x))
     torch.testing.assert_close(block(x, attn_bias=bias), out, atol=1e-6, rtol=0)
@@ -172,7 +172,7 @@ def test_block_dropout_and_drop_path_only_in_training():
 
 def test_block_hidden_width_and_bad_ratio():
     assert EncoderBlock(64, 4, mlp_ratio=2.5).mlp.fc1.out_features == 160
-    with pytest.raises(ValueError, match="mlp_ratio must be positive, got 0"):
+    with pytest.raises(ValueError, match="at least one hidden unit, got hidden_dim=0"):
         EncoderBlock(64, 4, mlp_ratio=0)
     with pytest.raises(ValueError, match=r"dim \(64\) must be divisible by num_heads \(5\)"):
         EncoderBlock(64, 5)
@@ -196,7 +196,7 @@ def test_encoder_is_the_blocks_in_order():
     for block in encoder.blocks:
         y = block(y)
     torch.testing.assert_close(encoder(x), y)
-    out, maps = encoder(x, return_attention=True)
+    out, maps = encoder.forward_with_weights(x)
     torch.testing.assert_close(out, y, atol=1e-6, rtol=0)
     assert len(maps) == 3 and all(m.shape == (2, 2, 4, 4) for m in maps)
 

@@ -346,7 +346,7 @@ def test_rope_in_attention_and_other_grids():
     rope = RotaryEmbedding2D(16, 3, num_prefix_tokens=1)
     x = torch.randn(2, 10, 64)
     fused = attn(x, rope=rope)
-    explicit, _ = attn(x, rope=rope, return_attention=True)
+    explicit, _ = attn.forward_with_weights(x, rope=rope)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=0)
     assert not torch.allclose(fused, attn(x), atol=1e-3)
     # another grid on the fly: the angles of a 3×3 grid are the top-left corner of a 5×6 grid

@@ -10,8 +10,9 @@ from torch import nn
 from torchvision.models import vit_h_14
 
 from vit_tutorial.exercises import check_param_count, check_predict
+from vit_tutorial.patches import ConvStem
 from vit_tutorial.positional import sinusoidal_2d
-from vit_tutorial.vit import PRESETS, ConvStem, VisionTransformer, ViTConfig, create_vit
+from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, create_vit
 
 SMALL = dict(image_size=32, patch_size=8, dim=64, depth=2, num_heads=4, num_classes=10)
 
@@ -104,7 +105,8 @@ def test_config_round_trips_through_a_checkpoint():
 def test_config_and_fields_combine():
     model = VisionTransformer(ViTConfig(**SMALL), depth=3)
     assert model.config.depth == 3 and model.config.dim == 64
-    assert VisionTransformer(dict(SMALL)).config == ViTConfig(**SMALL)
+    with pytest.raises(TypeError, match=r"got dict; rebuild it: ViTConfig\(\*\*config\)"):
+        VisionTransformer(dict(SMALL))
     with pytest.raises(TypeError, match="got str"):
         VisionTransformer("vit_base_patch16_224")
     assert ViTConfig().class_token and not ViTConfig(pool="mean").class_token
@@ -199,15 +201,15 @@ def test_cls_features_are_layer_normalised():
 
 def test_sincos_table_is_fixed_and_zero_for_the_class_token():
     model = small(pos_embed="sincos2d")
-    assert "pos_sincos" not in model.state_dict()
-    assert torch.equal(model.pos_sincos[0, 0], torch.zeros(64))
-    torch.testing.assert_close(model.pos_sincos[0, 1:], sinusoidal_2d((4, 4), 64))
+    assert not any(key.startswith("pos_embed") for key in model.state_dict())
+    assert torch.equal(model.pos_embed.table[0, 0], torch.zeros(64))
+    torch.testing.assert_close(model.pos_embed.table[0, 1:], sinusoidal_2d((4, 4), 64))
 
 
 def test_relative_bias_one_table_per_block_and_no_weight_decay():
     model = small(pos_embed="relative")
-    assert len(model.rel_pos) == 2 and model.rel_pos[0].table is not model.rel_pos[1].table
-    assert model.no_weight_decay() == {"cls_token", "rel_pos.0.table", "rel_pos.1.table"}
+    assert len(model.pos_embed) == 2 and model.pos_embed[0].table is not model.pos_embed[1].table
+    assert model.no_weight_decay() == {"cls_token", "pos_embed.0.table", "pos_embed.1.table"}
     assert small().no_weight_decay() == {"cls_token", "pos_embed.weight"}
     assert small(pool="mean", pos_embed="none").no_weight_decay() == set()
     names = dict(small(pos_embed="relative").named_parameters())
@@ -219,7 +221,7 @@ def test_relative_bias_reaches_the_attention():
     x = torch.randn(1, 3, 32, 32)
     before = model.attention_maps(x)[0]
     with torch.no_grad():
-        model.rel_pos[0].table.add_(torch.randn_like(model.rel_pos[0].table))
+        model.pos_embed[0].table.add_(torch.randn_like(model.pos_embed[0].table))
     assert not torch.allclose(model.attention_maps(x)[0], before)
 
 
@@ -266,7 +268,7 @@ def test_wrong_channel_count():
 
 
 def test_wrong_rank():
-    with pytest.raises(ValueError, match=r"\(B, C, H, W\), got \(3, 32, 32\)"):
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\), got 3-D \(3, 32, 32\)"):
         small()(torch.randn(3, 32, 32))
 
 

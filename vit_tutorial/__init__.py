@@ -1,117 +1,44 @@
 """vit_tutorial: Vision Transformers from scratch, one module per chapter of the book.
 
-Every public name is re-exported here, so ``from vit_tutorial import MultiHeadSelfAttention``
-works as well as ``from vit_tutorial.attention import MultiHeadSelfAttention``.
+The names a reader of the book uses are importable from the package itself
+(``from vit_tutorial import VisionTransformer``); helpers stay in their modules
+(``from vit_tutorial.patches import pair``). Each module's ``__all__`` lists its public
+names; ``vit_tutorial.__all__`` is built from the imports below, so each name is written
+once.
 """
+
+from types import ModuleType as _ModuleType
 
 from vit_tutorial.attention import (
     MultiHeadSelfAttention,
     attention_weights,
     scaled_dot_product_attention,
 )
-from vit_tutorial.axial import (
-    AxialAttention,
-    AxialEncoderBlock,
-    AxialViT,
-    AxialViTConfig,
-    attention_flops,
-    axial_mask,
-)
-from vit_tutorial.data import DataSplits, cifar10_datasets, digits_datasets, make_loader
-from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
-from vit_tutorial.interop import (
-    TIMM_KEYS,
-    TORCHVISION_KEYS,
-    from_timm,
-    from_torchvision,
-    load_converted,
-    max_abs_logit_difference,
-    timm_state_dict_to_ours,
-    torchvision_state_dict_to_ours,
-)
-from vit_tutorial.measure import median_seconds, peak_memory
-from vit_tutorial.patches import PatchEmbedding, image_to_patches, pair, patches_to_image
+from vit_tutorial.axial import AxialAttention, AxialEncoderBlock, AxialViT, AxialViTConfig
+from vit_tutorial.data import DataSplits, digits_datasets
+from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock
+from vit_tutorial.interop import from_timm, from_torchvision
+from vit_tutorial.patches import ConvStem, PatchEmbedding, image_to_patches, patches_to_image
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
     RotaryEmbedding2D,
+    SinusoidalEmbedding2D,
     resize_pos_embed,
     sinusoidal_1d,
     sinusoidal_2d,
 )
-from vit_tutorial.training import (
-    evaluate,
-    fit,
-    load_checkpoint,
-    param_groups,
-    predict,
-    resolve_device,
-    save_checkpoint,
-    warmup_cosine,
+from vit_tutorial.training import evaluate, fit, load_checkpoint, predict, save_checkpoint
+from vit_tutorial.vit import (
+    PRESETS,
+    VisionTransformer,
+    ViTConfig,
+    attention_rollout,
+    create_vit,
+    vit_flops,
 )
-from vit_tutorial.vit import PRESETS, ConvStem, VisionTransformer, ViTConfig, create_vit
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "MultiHeadSelfAttention",
-    "attention_weights",
-    "scaled_dot_product_attention",
-    # axial
-    "AxialAttention",
-    "AxialEncoderBlock",
-    "AxialViT",
-    "AxialViTConfig",
-    "attention_flops",
-    "axial_mask",
-    # measure
-    "median_seconds",
-    "peak_memory",
-    # patches
-    "PatchEmbedding",
-    "image_to_patches",
-    "pair",
-    "patches_to_image",
-    # positional
-    "LearnedPositionalEmbedding",
-    "RelativePositionBias",
-    "RotaryEmbedding2D",
-    "resize_pos_embed",
-    "sinusoidal_1d",
-    "sinusoidal_2d",
-    # encoder
-    "MLP",
-    "DropPath",
-    "Encoder",
-    "EncoderBlock",
-    "drop_path",
-    # vit
-    "PRESETS",
-    "ConvStem",
-    "VisionTransformer",
-    "ViTConfig",
-    "create_vit",
-    # interop
-    "TIMM_KEYS",
-    "TORCHVISION_KEYS",
-    "from_timm",
-    "from_torchvision",
-    "load_converted",
-    "max_abs_logit_difference",
-    "timm_state_dict_to_ours",
-    "torchvision_state_dict_to_ours",
-    # data (python -m vit_tutorial.train is not imported here, so that it runs as a script)
-    "DataSplits",
-    "cifar10_datasets",
-    "digits_datasets",
-    "make_loader",
-    # training
-    "evaluate",
-    "fit",
-    "load_checkpoint",
-    "param_groups",
-    "predict",
-    "resolve_device",
-    "save_checkpoint",
-    "warmup_cosine",
-]
+__all__ = sorted(name for name, value in globals().items()
+                 if not name.startswith("_") and not isinstance(value, _ModuleType))

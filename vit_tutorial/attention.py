@@ -1,14 +1,18 @@
 """Scaled dot-product attention and multi-head self-attention (chapter 1).
 
-Two paths compute the same thing:
+Two paths compute the same function:
 
 * the **teaching path**, :func:`scaled_dot_product_attention`, writes out
   ``softmax(Q Kᵀ / √d) V`` and returns the attention weights;
 * the **fast path**, :func:`torch.nn.functional.scaled_dot_product_attention`,
   is fused and never materialises the ``N × N`` matrix when it can avoid it.
 
-:class:`MultiHeadSelfAttention` uses the fast path unless the weights are asked
-for. Shapes use named axes: B batch, N tokens, D model width, h heads, d head width.
+:class:`MultiHeadSelfAttention` takes the fast path in ``forward`` and the teaching path
+in ``forward_with_weights``, which also returns the weights. Where the fast path is
+defined the two agree, also for a query that may attend to nothing (its output is zero)
+and for float16 scores that would overflow before the ``1/√d`` scale (the scale is
+applied to the queries first). Shapes: B batch, N tokens, D model width, h heads,
+d head width.
 """
 
 from __future__ import annotations
@@ -24,8 +28,34 @@ from torch import Tensor, nn
 __all__ = ["attention_weights", "scaled_dot_product_attention", "MultiHeadSelfAttention"]
 
 
+def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """Refuse a mask of the wrong dtype or of a shape that does not broadcast to the scores.
+
+    Raises:
+        TypeError: ``mask`` is not a tensor, or neither boolean nor floating point.
+        ValueError: ``mask`` does not broadcast to ``scores_shape`` ``(..., N, M)``.
+    """
+    if mask is None:
+        return
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"mask must be bool (True = may attend) or floating point (added to "
+                        f"the scores), got {mask.dtype}")
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(scores_shape):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the "
+                         f"attention scores (..., N, M) = {tuple(scores_shape)}")
+
+
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
     """Attention weights ``softmax(Q Kᵀ / √d + M)``, one row per query.
+
+    A query whose every key is masked gets a row of zeros (as the fused kernel does),
+    not the ``NaN`` of a softmax over nothing.
 
     Args:
         q: queries, shape ``(..., N, d)``.
@@ -34,7 +64,7 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
             "may attend". Floating point: added to the scores (``-inf`` blocks).
 
     Returns:
-        Weights of shape ``(..., N, M)``; each row sums to 1.
+        Weights of shape ``(..., N, M)``; each row sums to 1 (or to 0 when fully masked).
 
     Example:
         >>> q = k = torch.eye(2)
@@ -42,19 +72,16 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
         tensor([1., 1.])
     """
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"queries and keys need the same head width d, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
-        )
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, M)
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        elif mask.is_floating_point():
-            scores = scores + mask
-        else:
-            raise TypeError(f"mask must be bool or floating point, got {mask.dtype}")
-    return scores.softmax(dim=-1)
+        raise ValueError(f"queries and keys need the same head width d, got q "
+                         f"{tuple(q.shape)} and k {tuple(k.shape)}")
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., N, M)
+    check_mask(mask, scores.shape)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    blocked = scores.isneginf().all(dim=-1, keepdim=True)  # (..., N, 1): nothing to attend
+    return scores.masked_fill(blocked, 0.0).softmax(dim=-1).masked_fill(blocked, 0.0)
 
 
 def scaled_dot_product_attention(
@@ -80,10 +107,8 @@ def scaled_dot_product_attention(
         (torch.Size([1, 3, 4]), tensor([0.3333, 0.3333, 0.3333]))
     """
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"keys and values need the same number of tokens, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}"
-        )
+        raise ValueError(f"keys and values need the same number of tokens, got k "
+                         f"{tuple(k.shape)} and v {tuple(v.shape)}")
     weights = attention_weights(q, k, mask)  # (..., N, M)
     return weights @ v, weights
 
@@ -95,6 +120,9 @@ class MultiHeadSelfAttention(nn.Module):
     (its weight has the ``[q; k; v]`` layout of :class:`torch.nn.MultiheadAttention`),
     the heads attend independently, and a final linear layer mixes them.
 
+    ``attn(x)`` takes the fused kernel; ``attn.forward_with_weights(x)`` takes the
+    explicit path and also returns the attention weights.
+
     Args:
         dim: model width D.
         num_heads: number of heads h; ``dim`` must be divisible by it.
@@ -103,81 +131,82 @@ class MultiHeadSelfAttention(nn.Module):
         proj_dropout: dropout after the output projection.
 
     Attributes:
-        fused: use :func:`torch.nn.functional.scaled_dot_product_attention` when
-            the weights are not requested (default ``True``). Set it to ``False``
-            to always take the explicit path.
+        fused: ``forward`` uses :func:`torch.nn.functional.scaled_dot_product_attention`
+            (default ``True``); set it to ``False`` to take the explicit path there too.
 
     Example:
         >>> attn = MultiHeadSelfAttention(dim=64, num_heads=4)
-        >>> out, weights = attn(torch.randn(2, 10, 64), return_attention=True)
+        >>> out, weights = attn.forward_with_weights(torch.randn(2, 10, 64))
         >>> out.shape, weights.shape
         (torch.Size([2, 10, 64]), torch.Size([2, 4, 10, 10]))
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        qkv_bias: bool = True,
-        attn_dropout: float = 0.0,
-        proj_dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True,
+                 attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
         super().__init__()
         if num_heads < 1 or dim % num_heads != 0:
-            raise ValueError(
-                f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
-                f"try num_heads in {[h for h in range(1, min(dim, 16) + 1) if dim % h == 0]}"
-            )
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+            divisors = [h for h in range(1, min(dim, 16) + 1) if dim % h == 0]
+            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
+                             f"try num_heads in {divisors}")
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.attn_dropout = nn.Dropout(attn_dropout)
         self.proj = nn.Linear(dim, dim)
         self.proj_dropout = nn.Dropout(proj_dropout)
 
-    def forward(
-        self,
-        x: Tensor,
-        attn_bias: Tensor | None = None,
-        return_attention: bool = False,
-        rope: Callable[[Tensor], Tensor] | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend.
+    def _heads(self, x: Tensor, attn_bias: Tensor | None,
+               rope: Callable[[Tensor], Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``(B, h, N, d)`` of tokens ``x`` ``(B, N, D)``."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"expected a tensor of tokens (B, N, D), got {type(x).__name__}")
+        if x.dim() != 3:
+            raise ValueError(f"expected tokens of shape (B, N, D), got {x.dim()}-D "
+                             f"{tuple(x.shape)}")
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"expected last dimension dim={self.dim}, got {x.shape[-1]} "
+                             f"(x is {tuple(x.shape)})")
+        N = x.shape[1]
+        check_mask(attn_bias, (x.shape[0], self.num_heads, N, N))
+        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3,
+                        h=self.num_heads)
+        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
+        if rope is not None:
+            q, k = rope(q), rope(k)
+        return q, k, v
+
+    def _merge(self, out: Tensor) -> Tensor:
+        """Merge the heads ``(B, h, N, d) -> (B, N, D)`` and project."""
+        return self.proj_dropout(self.proj(rearrange(out, "b h n d -> b n (h d)")))
+
+    def forward(self, x: Tensor, attn_bias: Tensor | None = None,
+                rope: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Attend: tokens ``(B, N, D)`` in, tokens ``(B, N, D)`` out.
 
         Args:
             x: tokens, shape ``(B, N, D)``.
             attn_bias: additive float bias (or boolean mask, ``True`` = attend)
                 broadcastable to ``(B, h, N, N)``, e.g. a relative position bias.
-            return_attention: also return the attention weights; this takes
-                the explicit path.
             rope: optional rotary position embedding, a function applied to the
                 queries and keys of shape ``(B, h, N, d)`` after the head split.
-
-        Returns:
-            The output ``(B, N, D)``, or ``(out, weights)`` with weights of
-            shape ``(B, h, N, N)`` when ``return_attention`` is set.
         """
-        if x.dim() != 3:
-            raise ValueError(f"expected tokens of shape (B, N, D), got {x.dim()}-D {tuple(x.shape)}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(
-                f"expected last dimension dim={self.dim}, got {x.shape[-1]} (x is {tuple(x.shape)})"
-            )
-        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
-        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
-        if rope is not None:
-            q, k = rope(q), rope(k)
+        if not self.fused:
+            return self.forward_with_weights(x, attn_bias, rope)[0]
+        q, k, v = self._heads(x, attn_bias, rope)
+        if attn_bias is not None and attn_bias.is_floating_point():
+            attn_bias = attn_bias.to(q.dtype)
+        dropout_p = self.attn_dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias,
+                                             dropout_p=dropout_p)  # (B, h, N, d)
+        return self._merge(out)
 
-        if return_attention or not self.fused:
-            weights = attention_weights(q, k, attn_bias)  # (B, h, N, N)
-            out = self.attn_dropout(weights) @ v  # (B, h, N, d)
-        else:
-            dropout_p = self.attn_dropout.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p)
-            weights = None
+    def forward_with_weights(self, x: Tensor, attn_bias: Tensor | None = None,
+                             rope: Callable[[Tensor], Tensor] | None = None
+                             ) -> tuple[Tensor, Tensor]:
+        """The explicit path: the output ``(B, N, D)`` and the weights ``(B, h, N, N)``.
 
-        out = rearrange(out, "b h n d -> b n (h d)")  # merge heads: (B, N, D)
-        out = self.proj_dropout(self.proj(out))
-        return (out, weights) if return_attention else out
+        Takes the same arguments as :meth:`forward` and returns the same output.
+        """
+        q, k, v = self._heads(x, attn_bias, rope)
+        weights = attention_weights(q, k, attn_bias)  # (B, h, N, N)
+        return self._merge(self.attn_dropout(weights) @ v), weights

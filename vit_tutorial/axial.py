@@ -1,16 +1,16 @@
 """Axial attention: attend along each column, then along each row (chapter 7).
 
 Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` tokens compares every token
-with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial attention (Ho et al. 2019, Wang et al.
-2020) splits it in two layers: in the **height** layer a token attends only to the tokens
+with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial attention
+(Ho et al. 2019, Wang et al. 2020) splits it in two layers: in the **height** layer a token attends only to the tokens
 of its column, in the **width** layer only to those of its row. Each layer costs
 ``O(N·Gh)`` or ``O(N·Gw)``, that is ``O(N·√N)`` on a square grid, and after both every
 token has heard from every other one (through the token where its row meets the other
 token's column).
 
-:class:`AxialAttention` is :class:`~vit_tutorial.attention.MultiHeadSelfAttention` with
-the other axis folded into the batch, so it has the same parameters and the same fused and
-explicit paths. :class:`AxialViT` stacks :class:`AxialEncoderBlock` s and, having no class
+:class:`AxialAttention` applies a :class:`~vit_tutorial.attention.MultiHeadSelfAttention`
+with the other axis folded into the batch (:func:`along_axis`), so it has the same
+parameters and the same fused and explicit paths. :class:`AxialViT` stacks :class:`AxialEncoderBlock` s and, having no class
 token, averages the tokens. :func:`attention_flops` counts what a layer costs;
 :func:`vit_tutorial.measure.peak_memory` and :func:`vit_tutorial.measure.median_seconds`
 measure it on the CPU.
@@ -20,19 +20,25 @@ Shapes: B batch, Gh×Gw patch grid, N = Gh·Gw tokens, D model width, h heads.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.encoder import MLP, DropPath
+from vit_tutorial.encoder import MLP, DropPath, drop_path_rates, init_weights
 from vit_tutorial.patches import PatchEmbedding, pair
-from vit_tutorial.positional import LearnedPositionalEmbedding, sinusoidal_2d
-from vit_tutorial.vit import _init_weights, check_sizes_and_rates
+from vit_tutorial.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalEmbedding2D,
+    grid_coordinates,
+)
+from vit_tutorial.vit import TransformerConfig
 
 __all__ = ["AxialAttention", "AxialEncoderBlock", "AxialViTConfig", "AxialViT", "axial_mask",
-           "attention_flops"]
+           "along_axis", "attention_flops"]
 
 AXES = ("height", "width")
 # einops patterns folding the other axis into the batch: one sequence per column (height)
@@ -47,15 +53,38 @@ def _check_axis(axis: str) -> None:
                          f"rows), got {axis!r}")
 
 
-class AxialAttention(MultiHeadSelfAttention):
+def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
+    """Apply ``fn`` to every column (``'height'``) or every row (``'width'``) of a grid.
+
+    The other axis is folded into the batch, ``fn`` sees a batch of short sequences
+    ``(B·Gw, Gh, D)`` or ``(B·Gh, Gw, D)``, and its output is put back on the grid.
+
+    Args:
+        x: a grid of tokens, shape ``(B, Gh, Gw, D)``.
+        fn: maps ``(B', L, D)`` to ``(B', L, D')``, e.g. a multi-head self-attention.
+        axis: ``'height'`` or ``'width'``.
+
+    Example:
+        >>> x = torch.randn(2, 3, 5, 4)
+        >>> torch.equal(along_axis(x, lambda s: s.cumsum(1), "height"), x.cumsum(1))
+        True
+    """
+    _check_axis(axis)
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        shape = f"{x.dim()}-D {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"expected a grid of tokens of shape (B, Gh, Gw, D), got {shape}")
+    lines = fn(rearrange(x, _FOLD[axis]))  # (B·Gw, Gh, D) or (B·Gh, Gw, D)
+    return rearrange(lines, _UNFOLD[axis], b=x.shape[0])  # (B, Gh, Gw, D)
+
+
+class AxialAttention(nn.Module):
     """Multi-head self-attention along one axis of a ``(B, Gh, Gw, D)`` grid of tokens.
 
     With ``axis='height'`` each token attends to the ``Gh`` tokens of its column; with
-    ``axis='width'``, to the ``Gw`` tokens of its row. The layer is a
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (same parameters, same
-    ``fused`` switch) applied to ``B·Gw`` columns or ``B·Gh`` rows as a batch of short
-    sequences; it equals full attention over the flattened grid with the mask
-    :func:`axial_mask`.
+    ``axis='width'``, to the ``Gw`` tokens of its row. The layer applies its
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` ``attn`` to ``B·Gw`` columns
+    or ``B·Gh`` rows as a batch of short sequences (:func:`along_axis`); it equals full
+    attention over the flattened grid with the mask :func:`axial_mask`.
 
     Args:
         dim: model width D.
@@ -74,38 +103,51 @@ class AxialAttention(MultiHeadSelfAttention):
     def __init__(self, dim: int, num_heads: int, axis: str, qkv_bias: bool = True,
                  attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
         _check_axis(axis)
-        super().__init__(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
+        super().__init__()
         self.axis = axis
+        self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout,
+                                           proj_dropout)
 
-    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend along ``self.axis``.
+    @property
+    def fused(self) -> bool:
+        """The ``fused`` switch of the inner attention (set it to compare the two paths)."""
+        return self.attn.fused
 
-        Args:
-            x: a grid of tokens, shape ``(B, Gh, Gw, D)``.
-            return_attention: also return the weights, shape ``(B, Gw, h, Gh, Gh)``
-                (one matrix per column) for ``'height'`` or ``(B, Gh, h, Gw, Gw)`` (one
-                per row) for ``'width'``.
+    @fused.setter
+    def fused(self, value: bool) -> None:
+        self.attn.fused = value
+
+    def _check(self, x: Tensor) -> None:
+        if isinstance(x, Tensor) and x.dim() == 4 and x.shape[-1] != self.attn.dim:
+            raise ValueError(f"expected last dimension dim={self.attn.dim}, got "
+                             f"{x.shape[-1]} (x is {tuple(x.shape)})")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Attend along ``self.axis``: a grid ``(B, Gh, Gw, D)`` in, the same shape out."""
+        self._check(x)
+        return along_axis(x, self.attn, self.axis)
+
+    def forward_with_weights(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` on the explicit path, and the attention weights.
 
         Returns:
-            The output ``(B, Gh, Gw, D)``, or ``(out, weights)``.
+            ``(out, weights)``: ``out`` of shape ``(B, Gh, Gw, D)``, and one matrix per
+            column, ``(B, Gw, h, Gh, Gh)``, for ``'height'``, or per row,
+            ``(B, Gh, h, Gw, Gw)``, for ``'width'``.
         """
-        if x.dim() != 4:
-            raise ValueError(f"expected a grid of tokens of shape (B, Gh, Gw, D), got "
-                             f"{x.dim()}-D {tuple(x.shape)}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"expected last dimension dim={self.dim}, got {x.shape[-1]} "
-                             f"(x is {tuple(x.shape)})")
-        B = x.shape[0]
-        lines = rearrange(x, _FOLD[self.axis])  # (B·Gw, Gh, D) or (B·Gh, Gw, D)
-        out = super().forward(lines, return_attention=return_attention)
-        if not return_attention:
-            return rearrange(out, _UNFOLD[self.axis], b=B)  # (B, Gh, Gw, D)
-        out, weights = out
-        weights = rearrange(weights, "(b g) h n m -> b g h n m", b=B)  # per column or row
-        return rearrange(out, _UNFOLD[self.axis], b=B), weights
+        self._check(x)
+        kept = []
+
+        def attend(lines: Tensor) -> Tensor:
+            out, weights = self.attn.forward_with_weights(lines)
+            kept.append(weights)  # (B·G, h, L, L)
+            return out
+
+        out = along_axis(x, attend, self.axis)
+        return out, rearrange(kept[0], "(b g) h n m -> b g h n m", b=x.shape[0])
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, num_heads={self.num_heads}, axis={self.axis!r}"
+        return f"axis={self.axis!r}"
 
 
 class AxialEncoderBlock(nn.Module):
@@ -138,8 +180,6 @@ class AxialEncoderBlock(nn.Module):
                  dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
                  norm_eps: float = 1e-6) -> None:
         super().__init__()
-        if mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be positive, got {mlp_ratio}")
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn_height = AxialAttention(dim, num_heads, "height", qkv_bias, attn_dropout, dropout)
         self.drop_path1 = DropPath(drop_path)
@@ -158,35 +198,15 @@ class AxialEncoderBlock(nn.Module):
 
 
 @dataclasses.dataclass
-class AxialViTConfig:
+class AxialViTConfig(TransformerConfig):
     """Every choice that defines an :class:`AxialViT` (defaults: ViT-B/16 sizes).
 
-    The fields mean what they mean in :class:`~vit_tutorial.vit.ViTConfig`; ``depth``
-    counts :class:`AxialEncoderBlock` s, and ``pos_embed`` is ``'learned'`` or
-    ``'sincos2d'`` (fixed). There is no ``pool`` field: the model always averages the
-    tokens. ``dataclasses.asdict(config)`` goes into checkpoints; invalid values raise
-    ``ValueError``.
+    Exactly the fields of :class:`~vit_tutorial.vit.TransformerConfig`: ``depth`` counts
+    :class:`AxialEncoderBlock` s, and ``pos_embed`` is ``'learned'`` or ``'sincos2d'``
+    (fixed). There is no ``pool`` field: the model always averages the tokens.
     """
 
-    image_size: int | tuple[int, int] = 224
-    patch_size: int | tuple[int, int] = 16
-    in_channels: int = 3
-    num_classes: int = 1000
-    dim: int = 768
-    depth: int = 12
-    num_heads: int = 12
-    mlp_ratio: float = 4.0
-    qkv_bias: bool = True
-    dropout: float = 0.0
-    attn_dropout: float = 0.0
-    drop_path: float = 0.0
-    pos_embed: str = "learned"
-    norm_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.pos_embed not in ("learned", "sincos2d"):
-            raise ValueError(f"pos_embed must be 'learned' or 'sincos2d', got {self.pos_embed!r}")
-        check_sizes_and_rates(self)
+    POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
 
 
 class AxialViT(nn.Module):
@@ -217,35 +237,28 @@ class AxialViT(nn.Module):
         torch.Size([2, 10])
     """
 
-    def __init__(self, config: AxialViTConfig | None = None, **fields) -> None:
+    def __init__(self, config: AxialViTConfig | None = None, **fields: Any) -> None:
         super().__init__()
-        valid = [f.name for f in dataclasses.fields(AxialViTConfig)]
-        if set(fields) - set(valid):
-            raise TypeError(f"unknown AxialViTConfig fields {sorted(set(fields) - set(valid))}; "
-                            f"valid fields: {valid}")
-        self.config = c = dataclasses.replace(config or AxialViTConfig(), **fields)
+        self.config = c = AxialViTConfig.resolve(config, **fields)
         self.patch_embed = PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.dim)
         self.grid_size = self.patch_embed.grid_size
         if c.pos_embed == "learned":
             self.pos_embed = LearnedPositionalEmbedding(self.patch_embed.num_patches, c.dim)
         else:
-            self.pos_embed = None
-            self.register_buffer("pos_sincos", sinusoidal_2d(self.grid_size, c.dim)[None],
-                                 persistent=False)  # (1, N, D)
+            self.pos_embed = SinusoidalEmbedding2D(self.grid_size, c.dim)
         self.pos_drop = nn.Dropout(c.dropout)
-        rates = torch.linspace(0, c.drop_path, c.depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
             AxialEncoderBlock(c.dim, c.num_heads, c.mlp_ratio, c.qkv_bias, c.dropout,
-                              c.attn_dropout, rate, c.norm_eps) for rate in rates)
+                              c.attn_dropout, rate, c.norm_eps)
+            for rate in drop_path_rates(c.drop_path, c.depth))
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)
-        self.apply(_init_weights)
+        self.apply(init_weights)
         nn.init.zeros_(self.head.weight)
 
     def forward_features(self, images: Tensor) -> Tensor:
         """The grid of tokens ``(B, Gh, Gw, D)`` after the last block."""
-        x = self.patch_embed(images)  # (B, N, D); checks the image shape
-        x = self.pos_embed(x) if self.pos_embed is not None else x + self.pos_sincos
+        x = self.pos_embed(self.patch_embed(images))  # (B, N, D); checks the images
         x = rearrange(self.pos_drop(x), "b (gh gw) d -> b gh gw d", gh=self.grid_size[0])
         for block in self.blocks:
             x = block(x)  # (B, Gh, Gw, D)
@@ -258,7 +271,7 @@ class AxialViT(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters exempt from weight decay: the position table."""
-        return {"pos_embed.weight"} if self.pos_embed is not None else set()
+        return {name for name, _ in self.named_parameters() if name.startswith("pos_embed.")}
 
 
 def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
@@ -282,9 +295,7 @@ def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
                 [0, 0, 0, 1, 1, 1]], dtype=torch.int32)
     """
     _check_axis(axis)
-    gh, gw = pair(grid_size)
-    rows = torch.arange(gh).repeat_interleave(gw)  # (N,) row of each token
-    cols = torch.arange(gw).repeat(gh)  # (N,) column of each token
+    rows, cols = grid_coordinates(grid_size)  # (N,) each
     line = cols if axis == "height" else rows
     return line[:, None] == line[None, :]  # (N, N)
 

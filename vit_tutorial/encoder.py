@@ -18,14 +18,45 @@ map onto these modules one to one. Shapes: B batch, N tokens, D model width, h h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 
-__all__ = ["MLP", "DropPath", "drop_path", "EncoderBlock", "Encoder"]
+__all__ = ["MLP", "DropPath", "drop_path", "drop_path_rates", "EncoderBlock", "Encoder",
+           "init_weights"]
+
+
+def init_weights(module: nn.Module) -> None:
+    """timm's and DeiT's initialisation of a Linear layer; apply it with ``model.apply``.
+
+    Weights from a normal of std 0.02 truncated at ±2 std, zero biases; other modules are
+    left as PyTorch made them. (timm's default bounds, ±2 in absolute units, do not
+    truncate at all with std 0.02; the difference is immaterial.)
+
+    Example:
+        >>> layer = nn.Linear(256, 256).apply(init_weights)
+        >>> round(layer.weight.std().item(), 3), layer.bias.abs().max().item()
+        (0.018, 0.0)
+    """
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02, a=-0.04, b=0.04)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def drop_path_rates(drop_path: float, depth: int) -> list[float]:
+    """Stochastic-depth rates rising linearly from 0 in the first block to ``drop_path``.
+
+    Example:
+        >>> drop_path_rates(0.2, 3)
+        [0.0, 0.10000000149011612, 0.20000000298023224]
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    return torch.linspace(0, drop_path, depth, device="cpu").tolist()
 
 
 class MLP(nn.Module):
@@ -43,8 +74,11 @@ class MLP(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
+        if hidden_dim < 1:
+            raise ValueError(f"the MLP needs at least one hidden unit, got hidden_dim="
+                             f"{hidden_dim} (for D={dim}: raise mlp_ratio)")
         self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()  # the exact GELU x·Φ(x), as in ViT, timm and torchvision
+        self.act = nn.GELU()  # the exact GELU x·Φ(x), as timm and torchvision use
         self.drop1 = nn.Dropout(dropout)
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop2 = nn.Dropout(dropout)
@@ -73,6 +107,8 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
         >>> sorted(set(drop_path(x, 0.5, training=True).flatten().tolist())) in ([0.0, 2.0], [0.0], [2.0])
         True
     """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"drop path probability must be in [0, 1), got {p}")
     if p == 0.0 or not training:
         return x
     keep = 1.0 - p
@@ -89,8 +125,7 @@ class DropPath(nn.Module):
 
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"drop path probability must be in [0, 1), got {p}")
+        drop_path(torch.empty(0), p, training=False)  # ValueError for p outside [0, 1)
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
@@ -119,7 +154,7 @@ class EncoderBlock(nn.Module):
 
     Example:
         >>> block = EncoderBlock(dim=64, num_heads=4)
-        >>> out, weights = block(torch.randn(2, 10, 64), return_attention=True)
+        >>> out, weights = block.forward_with_weights(torch.randn(2, 10, 64))
         >>> out.shape, weights.shape
         (torch.Size([2, 10, 64]), torch.Size([2, 4, 10, 10]))
     """
@@ -137,8 +172,6 @@ class EncoderBlock(nn.Module):
         norm_first: bool = True,
     ) -> None:
         super().__init__()
-        if mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be positive, got {mlp_ratio}")
         self.norm_first = norm_first
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout, dropout)
@@ -147,36 +180,32 @@ class EncoderBlock(nn.Module):
         self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
         self.drop_path2 = DropPath(drop_path)
 
-    def _attend(
-        self, x: Tensor, attn_bias: Tensor | None, return_attention: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        if return_attention:
-            return self.attn(x, attn_bias, return_attention=True)
-        return self.attn(x, attn_bias), None
-
-    def forward(
-        self, x: Tensor, attn_bias: Tensor | None = None, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Apply the block to tokens ``x`` of shape ``(B, N, D)``.
+    def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
+        """Apply the block to tokens ``x`` of shape ``(B, N, D)``; same shape out.
 
         Args:
             x: tokens, shape ``(B, N, D)``.
             attn_bias: additive attention bias broadcastable to ``(B, h, N, N)``, passed
                 to the attention (e.g. a relative position bias).
-            return_attention: also return the attention weights ``(B, h, N, N)``.
-
-        Returns:
-            Tokens ``(B, N, D)``, or ``(tokens, weights)`` when ``return_attention``.
         """
+        return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
+
+    def forward_with_weights(self, x: Tensor, attn_bias: Tensor | None = None
+                             ) -> tuple[Tensor, Tensor]:
+        """:meth:`forward`, and the attention weights ``(B, h, N, N)`` (explicit path)."""
+        return self._residuals(x, lambda h: self.attn.forward_with_weights(h, attn_bias))
+
+    def _residuals(self, x: Tensor, attend: Callable) -> tuple[Tensor, Tensor | None]:
+        """The two residual branches around ``attend(tokens) -> (out, weights or None)``."""
         if self.norm_first:
-            a, weights = self._attend(self.norm1(x), attn_bias, return_attention)
+            a, weights = attend(self.norm1(x))
             x = x + self.drop_path1(a)
             x = x + self.drop_path2(self.mlp(self.norm2(x)))
         else:
-            a, weights = self._attend(x, attn_bias, return_attention)
+            a, weights = attend(x)
             x = self.norm1(x + self.drop_path1(a))
             x = self.norm2(x + self.drop_path2(self.mlp(x)))
-        return (x, weights) if return_attention else x
+        return x, weights
 
 
 class Encoder(nn.Module):
@@ -215,42 +244,39 @@ class Encoder(nn.Module):
         norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
-        if depth < 1:
-            raise ValueError(f"depth must be at least 1, got {depth}")
-        rates = torch.linspace(0, drop_path, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
-            EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, dropout, attn_dropout, rate, norm_eps)
-            for rate in rates
+            EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, dropout, attn_dropout, rate,
+                         norm_eps)
+            for rate in drop_path_rates(drop_path, depth)
         )
 
-    def forward(
-        self,
-        x: Tensor,
-        attn_bias: Tensor | Sequence[Tensor | None] | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    def _biases(self, attn_bias: Tensor | Sequence[Tensor | None] | None) -> list:
+        """One attention bias per block, from one shared bias or a sequence of them."""
+        if attn_bias is None or isinstance(attn_bias, Tensor):
+            return [attn_bias] * len(self.blocks)
+        if len(attn_bias) != len(self.blocks):
+            raise ValueError(f"expected one attention bias per block ({len(self.blocks)}), "
+                             f"got {len(attn_bias)}")
+        return list(attn_bias)
+
+    def forward(self, x: Tensor,
+                attn_bias: Tensor | Sequence[Tensor | None] | None = None) -> Tensor:
         """Apply every block in turn to tokens ``x`` of shape ``(B, N, D)``.
 
         Args:
             x: tokens, shape ``(B, N, D)``.
             attn_bias: one bias shared by all blocks, or a sequence with one per block.
-            return_attention: also return the list of attention weights, one
-                ``(B, h, N, N)`` tensor per block.
-
-        Returns:
-            Tokens ``(B, N, D)``, or ``(tokens, weights)`` when ``return_attention``.
         """
-        if attn_bias is None or isinstance(attn_bias, Tensor):
-            attn_bias = [attn_bias] * len(self.blocks)
-        elif len(attn_bias) != len(self.blocks):
-            raise ValueError(
-                f"expected one attention bias per block ({len(self.blocks)}), got {len(attn_bias)}"
-            )
+        for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
+            x = block(x, bias)
+        return x
+
+    def forward_with_weights(self, x: Tensor,
+                             attn_bias: Tensor | Sequence[Tensor | None] | None = None
+                             ) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`forward`, and the attention weights of every block, ``(B, h, N, N)`` each."""
         maps = []
-        for block, bias in zip(self.blocks, attn_bias, strict=True):
-            if return_attention:
-                x, weights = block(x, bias, return_attention=True)
-                maps.append(weights)
-            else:
-                x = block(x, bias)
-        return (x, maps) if return_attention else x
+        for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
+            x, weights = block.forward_with_weights(x, bias)
+            maps.append(weights)
+        return x, maps

@@ -8,6 +8,9 @@ projects every vector to the model width D. Two ways compute the same thing:
 * the **fast path**, :class:`PatchEmbedding`: a :class:`torch.nn.Conv2d` whose kernel and
   stride are both the patch size, so its windows are exactly the patches.
 
+:class:`ConvStem` replaces that single convolution by a few small ones (the "hybrid" ViT);
+both stems check their input the same way and put their tokens on the same grid.
+
 Conventions, the same as timm and lucidrains' vit-pytorch:
 
 * patches are numbered **row-major** over the grid: token ``n`` is the patch in grid row
@@ -22,11 +25,13 @@ N = Gh·Gw tokens, D model width.
 
 from __future__ import annotations
 
+import math
+
 import torch  # noqa: F401  (the doctests use it)
 from einops import rearrange
 from torch import Tensor, nn
 
-__all__ = ["PatchEmbedding", "image_to_patches", "pair", "patches_to_image"]
+__all__ = ["PatchEmbedding", "ConvStem", "image_to_patches", "patches_to_image", "patch_grid"]
 
 
 def pair(x: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -38,23 +43,50 @@ def pair(x: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """
     if isinstance(x, int) and not isinstance(x, bool):
         return (x, x)
-    if isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(v, int) for v in x):
+    if (isinstance(x, (tuple, list)) and len(x) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in x)):
         return (int(x[0]), int(x[1]))
     raise TypeError(f"expected an int or an (height, width) pair of ints, got {x!r}")
 
 
-def _grid(image_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[int, int]:
-    """The patch grid ``(Gh, Gw)``; ``ValueError`` naming the numbers if it does not tile."""
-    (H, W), (ph, pw) = image_size, patch_size
+def patch_grid(image_size: int | tuple[int, int],
+               patch_size: int | tuple[int, int]) -> tuple[int, int]:
+    """The patch grid ``(Gh, Gw) = (H / P_h, W / P_w)``; ``ValueError`` unless it tiles.
+
+    Example:
+        >>> patch_grid(224, 16), patch_grid((32, 48), (8, 16))
+        ((14, 14), (4, 3))
+    """
+    (H, W), (ph, pw) = pair(image_size), pair(patch_size)
     if min(H, W, ph, pw) < 1:
-        raise ValueError(f"sizes must be positive, got image {image_size} and patch {patch_size}")
+        raise ValueError(f"sizes must be positive, got image {(H, W)} and patch {(ph, pw)}")
     if H % ph or W % pw:
         raise ValueError(
-            f"image size {image_size} is not divisible by patch size {patch_size}: "
+            f"image size {(H, W)} is not divisible by patch size {(ph, pw)}: "
             f"{H} / {ph} = {H / ph:g} and {W} / {pw} = {W / pw:g}; resize or crop the image "
-            f"to a multiple of the patch size, e.g. {(H // ph * ph, W // pw * pw)}"
-        )
+            f"to a multiple of the patch size, e.g. {(H // ph * ph, W // pw * pw)}")
     return H // ph, W // pw
+
+
+def check_images(images: object, in_channels: int | None = None) -> None:
+    """Refuse anything but a floating-point ``(B, C, H, W)`` tensor with ``in_channels`` C.
+
+    Raises:
+        TypeError: not a tensor (a NumPy array, a list), or integer/boolean pixels.
+        ValueError: not 4-D, or the wrong number of channels.
+    """
+    if not isinstance(images, Tensor):
+        raise TypeError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
+                        f"{type(images).__name__}; convert with torch.as_tensor(...).float()")
+    if not images.is_floating_point():
+        raise TypeError(f"images must be floating point, got {images.dtype}; convert them, "
+                        f"e.g. images.float() / 255 for 8-bit pixels")
+    if images.dim() != 4:
+        raise ValueError(f"expected images of shape (B, C, H, W), got {images.dim()}-D "
+                         f"{tuple(images.shape)}")
+    if in_channels is not None and images.shape[1] != in_channels:
+        raise ValueError(f"expected {in_channels} input channels, got {images.shape[1]} "
+                         f"(images of shape {tuple(images.shape)})")
 
 
 def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tensor:
@@ -76,11 +108,9 @@ def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tenso
                 [ 8.,  9., 12., 13.],
                 [10., 11., 14., 15.]])
     """
-    if images.dim() != 4:
-        raise ValueError(f"expected images of shape (B, C, H, W), got {images.dim()}-D "
-                         f"{tuple(images.shape)}")
+    check_images(images)
     ph, pw = pair(patch_size)
-    _grid(tuple(images.shape[-2:]), (ph, pw))
+    patch_grid(tuple(images.shape[-2:]), (ph, pw))
     # (B, C, Gh·P_h, Gw·P_w) -> (B, Gh·Gw, P_h·P_w·C)
     return rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=ph, p2=pw)
 
@@ -104,22 +134,64 @@ def patches_to_image(
         True
     """
     if patches.dim() != 3:
-        raise ValueError(f"expected patches of shape (B, N, P_h·P_w·C), got {patches.dim()}-D "
-                         f"{tuple(patches.shape)}")
+        raise ValueError(f"expected patches of shape (B, N, P_h·P_w·C), got "
+                         f"{patches.dim()}-D {tuple(patches.shape)}")
     (ph, pw), (H, W) = pair(patch_size), pair(image_size)
-    gh, gw = _grid((H, W), (ph, pw))
+    gh, gw = patch_grid((H, W), (ph, pw))
     N, width = patches.shape[1:]
     if N != gh * gw or width % (ph * pw):
         raise ValueError(
-            f"patches of shape {tuple(patches.shape)} do not fit image size {(H, W)} with patch "
-            f"size {(ph, pw)}: expected N = {gh}·{gw} = {gh * gw} patches of a width divisible "
-            f"by {ph}·{pw} = {ph * pw}"
-        )
+            f"patches of shape {tuple(patches.shape)} do not fit image size {(H, W)} with "
+            f"patch size {(ph, pw)}: expected N = {gh}·{gw} = {gh * gw} patches of a width "
+            f"divisible by {ph}·{pw} = {ph * pw}")
     # (B, Gh·Gw, P_h·P_w·C) -> (B, C, Gh·P_h, Gw·P_w)
-    return rearrange(patches, "b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)", gh=gh, p1=ph, p2=pw)
+    return rearrange(patches, "b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)", gh=gh, p1=ph,
+                     p2=pw)
 
 
-class PatchEmbedding(nn.Module):
+class _Stem(nn.Module):
+    """What both stems share: the grid geometry, the input checks, the token layout.
+
+    A subclass builds ``self.proj`` (its last layer) and implements :meth:`embed`,
+    images ``(B, C, H, W)`` to a feature map ``(B, D, Gh, Gw)``.
+    """
+
+    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+                 in_channels: int, dim: int, strict_image_size: bool) -> None:
+        super().__init__()
+        self.image_size, self.patch_size = pair(image_size), pair(patch_size)
+        self.grid_size = patch_grid(self.image_size, self.patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.in_channels, self.dim = in_channels, dim
+        self.strict_image_size = strict_image_size
+
+    def grid_size_for(self, image_size: int | tuple[int, int]) -> tuple[int, int]:
+        """The grid ``(Gh, Gw)`` for another image size; ``ValueError`` if it does not tile."""
+        return patch_grid(image_size, self.patch_size)
+
+    def embed(self, images: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Embed images of shape ``(B, C, H, W)`` as tokens of shape ``(B, N, D)``.
+
+        Floating-point images of another dtype than the weights (float64, say) are cast
+        to the weights' dtype; integer, boolean and non-tensor images raise ``TypeError``.
+        """
+        check_images(images, self.in_channels)
+        H, W = images.shape[-2:]
+        if self.strict_image_size and (H, W) != self.image_size:
+            raise ValueError(
+                f"expected image size {self.image_size}, got {(H, W)}; resize the images, "
+                f"build the model for image_size={(H, W)}, or let it take any size divisible "
+                f"by the patch size (VisionTransformer: dynamic_image_size=True; a stem: "
+                f"strict_image_size=False)")
+        self.grid_size_for((H, W))  # non-divisible sizes always raise
+        x = self.embed(images.to(self.proj.weight.dtype))  # (B, D, Gh, Gw)
+        return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major tokens: (B, N, D)
+
+
+class PatchEmbedding(_Stem):
     """Cut, flatten and project patches in one strided convolution, as in ViT and timm.
 
     ``Conv2d(in_channels, dim, kernel_size=P, stride=P)`` applies the same linear map to
@@ -152,26 +224,12 @@ class PatchEmbedding(nn.Module):
         torch.Size([2, 196, 768])
     """
 
-    def __init__(
-        self,
-        image_size: int | tuple[int, int],
-        patch_size: int | tuple[int, int],
-        in_channels: int = 3,
-        dim: int = 768,
-        bias: bool = True,
-        strict_image_size: bool = True,
-    ) -> None:
-        super().__init__()
-        self.image_size, self.patch_size = pair(image_size), pair(patch_size)
-        self.grid_size = _grid(self.image_size, self.patch_size)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.in_channels, self.dim = in_channels, dim
-        self.strict_image_size = strict_image_size
-        self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size, bias=bias)
-
-    def grid_size_for(self, image_size: int | tuple[int, int]) -> tuple[int, int]:
-        """The grid ``(Gh, Gw)`` for another image size; ``ValueError`` if it does not tile."""
-        return _grid(pair(image_size), self.patch_size)
+    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+                 in_channels: int = 3, dim: int = 768, bias: bool = True,
+                 strict_image_size: bool = True) -> None:
+        super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
+        self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size,
+                              bias=bias)
 
     def linear_weight(self) -> Tensor:
         """The projection as a ``(D, P_h·P_w·C)`` matrix acting on :func:`image_to_patches`.
@@ -182,20 +240,50 @@ class PatchEmbedding(nn.Module):
         """
         return rearrange(self.proj.weight, "d c p1 p2 -> d (p1 p2 c)")
 
-    def forward(self, images: Tensor) -> Tensor:
-        """Embed images of shape ``(B, C, H, W)`` as tokens of shape ``(B, N, D)``."""
-        if images.dim() != 4:
-            raise ValueError(f"expected images of shape (B, C, H, W), got {images.dim()}-D "
-                             f"{tuple(images.shape)}")
-        C, H, W = images.shape[1:]
-        if C != self.in_channels:
-            raise ValueError(f"expected {self.in_channels} input channels, got {C} "
-                             f"(images of shape {tuple(images.shape)})")
-        if self.strict_image_size and (H, W) != self.image_size:
-            raise ValueError(
-                f"expected image size {self.image_size}, got {(H, W)}; resize the images, or "
-                f"build with strict_image_size=False (and resample the position embedding)"
-            )
-        self.grid_size_for((H, W))  # non-divisible sizes always raise
-        x = self.proj(images)  # (B, D, Gh, Gw)
-        return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major tokens: (B, N, D)
+    def embed(self, images: Tensor) -> Tensor:
+        """The strided convolution: ``(B, C, H, W) -> (B, D, Gh, Gw)``."""
+        return self.proj(images)
+
+
+class ConvStem(_Stem):
+    """A convolutional stem (Xiao et al., 2021) in place of the single patchifying convolution.
+
+    ``log2(P)`` blocks of 3×3 convolution (stride 2), BatchNorm and GELU, topped up with
+    stride-1 blocks to at least two, widths doubling up to D/2, then a 1×1 convolution to D.
+    The total stride is P, so the output lies on the same ``Gh × Gw`` grid as
+    :class:`PatchEmbedding`'s; small P (1, 2, 4) suits tiny images.
+
+    Args:
+        image_size: ``H`` or ``(H, W)``.
+        patch_size: P, a power of 2 (the total stride).
+        in_channels: C.
+        dim: D.
+        strict_image_size: as for :class:`PatchEmbedding`.
+
+    Example:
+        >>> stem = ConvStem(image_size=8, patch_size=2, in_channels=1, dim=32)
+        >>> stem(torch.randn(4, 1, 8, 8)).shape
+        torch.Size([4, 16, 32])
+    """
+
+    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+                 in_channels: int = 3, dim: int = 768, strict_image_size: bool = True) -> None:
+        p, pw = pair(patch_size)
+        if p != pw or p < 1 or p & (p - 1):
+            raise ValueError(f"the conv stem needs a square power-of-2 patch size, got "
+                             f"{(p, pw)}")
+        super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
+        strides = [2] * int(math.log2(p))
+        strides += [1] * (2 - len(strides))  # at least two 3×3 blocks
+        layers, width = [], in_channels
+        for i, stride in enumerate(strides):
+            out = max(dim // 2 ** (len(strides) - i), 8)
+            layers += [nn.Conv2d(width, out, 3, stride, padding=1, bias=False),
+                       nn.BatchNorm2d(out), nn.GELU()]
+            width = out
+        self.convs = nn.Sequential(*layers)
+        self.proj = nn.Conv2d(width, dim, kernel_size=1)
+
+    def embed(self, images: Tensor) -> Tensor:
+        """The convolutions, then the 1×1 projection: ``(B, C, H, W) -> (B, D, Gh, Gw)``."""
+        return self.proj(self.convs(images))

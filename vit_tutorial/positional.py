@@ -5,6 +5,8 @@ way. Four families of encodings put the place back, plus rotary embeddings:
 
 * :class:`LearnedPositionalEmbedding`: one free vector per position, added to the tokens
   (ViT, DeiT); :func:`resize_pos_embed` resamples it for a new grid;
+* :class:`SinusoidalEmbedding2D`: the fixed table of :func:`sinusoidal_2d`, added to the
+  tokens like the learned one;
 * :func:`sinusoidal_1d`: the fixed sine/cosine code of Vaswani et al., indexed by the
   token's place in the sequence;
 * :func:`sinusoidal_2d`: the same code for the row in one half of the channels and for
@@ -16,7 +18,8 @@ way. Four families of encodings put the place back, plus rotary embeddings:
 
 Shapes use named axes: B batch, N tokens, D model width, h heads, d head width,
 Gh×Gw patch grid. Grid positions are numbered row-major, as in
-:func:`vit_tutorial.patches.image_to_patches`.
+:func:`vit_tutorial.patches.image_to_patches`; :func:`grid_coordinates` gives each one's
+row and column.
 """
 
 from __future__ import annotations
@@ -32,12 +35,38 @@ from vit_tutorial.patches import pair
 
 __all__ = [
     "LearnedPositionalEmbedding",
+    "SinusoidalEmbedding2D",
+    "grid_coordinates",
     "RelativePositionBias",
     "RotaryEmbedding2D",
     "resize_pos_embed",
     "sinusoidal_1d",
     "sinusoidal_2d",
 ]
+
+
+def grid_coordinates(grid_size: int | tuple[int, int],
+                     device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """Row and column of every position of a ``Gh × Gw`` grid numbered row-major.
+
+    Returns:
+        ``(rows, cols)``, two integer tensors of shape ``(Gh·Gw,)``.
+
+    Example:
+        >>> grid_coordinates((2, 3))
+        (tensor([0, 0, 0, 1, 1, 1]), tensor([0, 1, 2, 0, 1, 2]))
+    """
+    gh, gw = pair(grid_size)
+    if gh < 1 or gw < 1:
+        raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
+    rows = torch.arange(gh, device=device).repeat_interleave(gw)  # 0 0 ... 1 1 ...
+    cols = torch.arange(gw, device=device).repeat(gh)  # 0 1 ... 0 1 ...
+    return rows, cols
+
+
+def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
+    """``(N, D)`` grid table -> ``(1, prefix + N, D)``, zeros for the prefix tokens."""
+    return torch.cat([table.new_zeros(num_prefix_tokens, table.shape[1]), table])[None]
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -47,26 +76,45 @@ class LearnedPositionalEmbedding(nn.Module):
     truncated at ±2 std (timm's default bounds are ±2 in absolute units, which with
     std 0.02 do not truncate at all; the difference is immaterial).
 
+    Args:
+        num_positions: N, the prefix tokens included.
+        dim: D.
+        grid_size: the ``(Gh, Gw)`` grid the table is laid out on, after
+            ``num_prefix_tokens`` prefix entries; when given, ``forward`` can resample
+            the table for tokens of another grid.
+        num_prefix_tokens: entries before the grid (the class token).
+
     Example:
         >>> pos = LearnedPositionalEmbedding(num_positions=197, dim=768)
         >>> pos(torch.zeros(2, 197, 768)).shape
         torch.Size([2, 197, 768])
     """
 
-    def __init__(self, num_positions: int, dim: int) -> None:
+    def __init__(self, num_positions: int, dim: int,
+                 grid_size: int | tuple[int, int] | None = None,
+                 num_prefix_tokens: int = 0) -> None:
         super().__init__()
         self.num_positions, self.dim = num_positions, dim
+        self.grid_size = pair(grid_size) if grid_size is not None else None
+        self.num_prefix_tokens = num_prefix_tokens
         self.weight = nn.Parameter(torch.empty(1, num_positions, dim))
         nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Return ``x + weight`` for tokens ``x`` of shape ``(B, N, D)``."""
-        if x.dim() != 3 or tuple(x.shape[1:]) != (self.num_positions, self.dim):
+    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+        """Return ``x + weight`` for tokens ``x`` of shape ``(B, N, D)``.
+
+        With ``grid_size`` other than the table's, the table is first resampled with
+        :func:`resize_pos_embed`.
+        """
+        table = self.weight
+        if grid_size is not None and self.grid_size is not None:
+            table = resize_pos_embed(table, self.grid_size, grid_size, self.num_prefix_tokens)
+        if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
             raise ValueError(
-                f"expected tokens of shape (B, {self.num_positions}, {self.dim}), got "
+                f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), got "
                 f"{tuple(x.shape)}; for another grid, resample the table with resize_pos_embed"
             )
-        return x + self.weight
+        return x + table
 
 
 def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
@@ -101,6 +149,8 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
         raise ValueError(f"sinusoidal_1d needs an even dim (sin and cos pairs), got dim={dim}")
     if num_positions < 1:
         raise ValueError(f"num_positions must be positive, got {num_positions}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
     return _sincos(torch.arange(num_positions), dim, temperature)
 
 
@@ -131,11 +181,46 @@ def sinusoidal_2d(grid_size: int | tuple[int, int], dim: int, temperature: float
             f"sinusoidal_2d needs dim divisible by 4 (sin and cos for each of two axes), got "
             f"dim={dim}; the nearest valid values are {dim // 4 * 4} and {dim // 4 * 4 + 4}"
         )
-    if gh < 1 or gw < 1:
-        raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
-    rows = torch.arange(gh).repeat_interleave(gw)  # (N,): 0 0 ... 1 1 ...
-    cols = torch.arange(gw).repeat(gh)  # (N,): 0 1 ... 0 1 ...
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    rows, cols = grid_coordinates((gh, gw))  # (N,) each
     return torch.cat([_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1)
+
+
+class SinusoidalEmbedding2D(nn.Module):
+    """The fixed table of :func:`sinusoidal_2d`, added to the tokens; zeros for prefix tokens.
+
+    Nothing is learned: the table is a non-persistent buffer (not in the state dict) and
+    is recomputed for tokens of another grid.
+
+    Args:
+        grid_size: ``G`` or ``(Gh, Gw)``.
+        dim: D, a multiple of 4.
+        num_prefix_tokens: tokens before the grid (class token), which get zeros.
+
+    Example:
+        >>> pos = SinusoidalEmbedding2D(grid_size=14, dim=768, num_prefix_tokens=1)
+        >>> pos.table.shape, pos(torch.zeros(2, 197, 768)).shape
+        (torch.Size([1, 197, 768]), torch.Size([2, 197, 768]))
+    """
+
+    def __init__(self, grid_size: int | tuple[int, int], dim: int,
+                 num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        self.grid_size, self.dim = pair(grid_size), dim
+        self.num_prefix_tokens = num_prefix_tokens
+        table = _prefixed(sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
+        self.register_buffer("table", table, persistent=False)  # (1, prefix + N, D)
+
+    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+        """Return ``x + table`` for tokens ``(B, N, D)`` on ``grid_size`` (default: its own)."""
+        table = self.table
+        if grid_size is not None and pair(grid_size) != self.grid_size:
+            table = _prefixed(sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
+        if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
+            raise ValueError(f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), "
+                             f"got {tuple(x.shape)}")
+        return x + table.to(x)
 
 
 class RelativePositionBias(nn.Module):
@@ -171,8 +256,7 @@ class RelativePositionBias(nn.Module):
         self.table = nn.Parameter(torch.empty(num_offsets + extra, num_heads))
         nn.init.trunc_normal_(self.table, std=0.02, a=-0.04, b=0.04)
 
-        rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-        coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, Gh·Gw)
+        coords = torch.stack(grid_coordinates((gh, gw)))  # (2, Gh·Gw): row, column
         offset = coords[:, :, None] - coords[:, None, :]  # (2, Gh·Gw, Gh·Gw): query - key
         grid_index = (offset[0] + gh - 1) * (2 * gw - 1) + (offset[1] + gw - 1)
         p = num_prefix_tokens
@@ -262,6 +346,12 @@ class RotaryEmbedding2D(nn.Module):
             raise ValueError(f"mode must be 'axial' or 'mixed', got {mode!r}")
         if head_dim % 4 or head_dim < 4:
             raise ValueError(f"RotaryEmbedding2D needs head_dim divisible by 4, got {head_dim}")
+        if min(pair(grid_size)) < 1 or num_prefix_tokens < 0 or num_heads < 1:
+            raise ValueError(f"need a positive grid, num_prefix_tokens >= 0 and num_heads >= 1, "
+                             f"got grid_size={grid_size}, num_prefix_tokens={num_prefix_tokens}"
+                             f", num_heads={num_heads}")
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
         self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size), mode
         self.num_prefix_tokens, self.num_heads = num_prefix_tokens, num_heads
         self.temperature = temperature or (100.0 if mode == "axial" else 10.0)
@@ -278,9 +368,9 @@ class RotaryEmbedding2D(nn.Module):
 
     def angles(self, grid_size: int | tuple[int, int] | None = None) -> Tensor:
         """Rotation angles of shape ``(1 or h, Gh·Gw, d/2)``, grid positions row-major."""
-        gh, gw = pair(grid_size) if grid_size is not None else self.grid_size
-        y = torch.arange(gh, device=self.freqs.device).repeat_interleave(gw).float()  # rows
-        x = torch.arange(gw, device=self.freqs.device).repeat(gh).float()  # columns
+        y, x = grid_coordinates(self.grid_size if grid_size is None else grid_size,
+                                self.freqs.device)
+        y, x = y.float(), x.float()  # row and column of each position
         return x[:, None] * self.freqs[0][:, None] + y[:, None] * self.freqs[1][:, None]
 
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:

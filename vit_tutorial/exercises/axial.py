@@ -6,25 +6,15 @@ import math
 from collections.abc import Callable
 
 import torch
-from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.axial import along_axis
 from vit_tutorial.exercises._common import close, passed
 
 __all__ = ["check_axial_attention", "check_axial_scores"]
 
 Attend = Callable[[Tensor], Tensor]
-
-
-def _along(x: Tensor, attend: Attend, axis: str) -> Tensor:
-    """The reference: fold the other axis into the batch, attend, unfold."""
-    B = x.shape[0]
-    if axis == "height":
-        out = attend(rearrange(x, "b gh gw d -> (b gw) gh d"))  # (B·Gw, Gh, D)
-        return rearrange(out, "(b gw) gh d -> b gh gw d", b=B)
-    out = attend(rearrange(x, "b gh gw d -> (b gh) gw d"))  # (B·Gh, Gw, D)
-    return rearrange(out, "(b gh) gw d -> b gh gw d", b=B)
 
 
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
@@ -39,8 +29,7 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
-        >>> from vit_tutorial.exercises.axial import _along
-        >>> check_axial_attention(_along)
+        >>> check_axial_attention(along_axis)
         Correct! check_axial_attention: matches the reference on 4 grids, square and not.
     """
     with torch.random.fork_rng():  # fixed weights, the learner's random state untouched
@@ -52,8 +41,8 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
         x = torch.randn(2, gh, gw, 8, generator=generator)  # (B, Gh, Gw, D)
         with torch.no_grad():
             got = fn(x.clone(), attend, axis)
-            want = _along(x, attend, axis)
-            other = _along(x, attend, "width" if axis == "height" else "height")
+            want = along_axis(x, attend, axis)
+            other = along_axis(x, attend, "width" if axis == "height" else "height")
             folded_by_reshape = attend(x.reshape(-1, gh, 8)).reshape(x.shape)
             full = attend(x.reshape(2, gh * gw, 8)).reshape(x.shape)
         case = f"grid {gh}×{gw}, axis={axis!r}"
