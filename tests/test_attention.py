@@ -215,3 +215,55 @@ def test_checker_accepts_a_correct_solution(capsys):
 def test_checker_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_attention(wrong)
+
+
+def test_fully_masked_query_gives_zeros_on_both_paths():
+    torch.manual_seed(0)
+    attn = MultiHeadSelfAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    for blocked in (torch.ones(5, 5, dtype=torch.bool), torch.zeros(5, 5)):
+        if blocked.dtype == torch.bool:
+            blocked[1] = False  # query 1 may attend to nothing
+        else:
+            blocked[1] = float("-inf")
+        fused = attn(x, attn_bias=blocked)
+        explicit, weights = attn.forward_with_weights(x, attn_bias=blocked)
+        assert torch.isfinite(explicit).all()
+        assert torch.equal(weights[:, :, 1], torch.zeros(2, 2, 5))
+        torch.testing.assert_close(explicit, fused, atol=1e-6, rtol=0)
+
+
+def test_float16_large_scores_do_not_overflow():
+    torch.manual_seed(0)
+    q = k = v = (torch.randn(1, 1, 4, 64) * 40).half()  # q·k reaches ~1e5 > fp16 max
+    assert torch.isinf(q @ k.transpose(-2, -1)).any()  # scaling after the product overflows
+    out, _ = scaled_dot_product_attention(q, k, v)
+    fused = F.scaled_dot_product_attention(q, k, v)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), fused.float(), atol=2e-2, rtol=0)
+
+
+@pytest.mark.parametrize("mask, error", [
+    (torch.ones(4, 4, dtype=torch.long), TypeError),
+    (torch.ones(3, 3, dtype=torch.bool), ValueError),
+    (torch.zeros(2, 5, 4, 4), ValueError),
+    ([[True]], TypeError),
+])
+def test_bad_masks_are_refused_on_both_paths(mask, error):
+    attn = MultiHeadSelfAttention(8, 2)
+    x = torch.randn(2, 4, 8)
+    with pytest.raises(error, match="mask"):
+        attn(x, attn_bias=mask)
+    with pytest.raises(error, match="mask"):
+        attn.forward_with_weights(x, attn_bias=mask)
+
+
+def test_forward_and_forward_with_weights_agree_and_fused_switch():
+    torch.manual_seed(0)
+    attn = MultiHeadSelfAttention(32, 4).eval()
+    x = torch.randn(2, 7, 32)
+    fused = attn(x)
+    explicit, _ = attn.forward_with_weights(x)
+    attn.fused = False
+    torch.testing.assert_close(attn(x), explicit, atol=0, rtol=0)
+    torch.testing.assert_close(fused, explicit, atol=1e-6, rtol=0)

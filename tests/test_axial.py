@@ -364,3 +364,34 @@ def test_scores_checker(capsys):
 def test_scores_checker_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_axial_scores(wrong)
+
+
+def test_along_axis_folds_columns_or_rows():
+    x = torch.arange(2 * 3 * 4 * 1.0).reshape(2, 3, 4, 1)
+    assert torch.equal(along_axis(x, lambda s: s.cumsum(1), "height"), x.cumsum(1))
+    assert torch.equal(along_axis(x, lambda s: s.cumsum(1), "width"), x.cumsum(2))
+    with pytest.raises(ValueError, match="axis must be 'height'"):
+        along_axis(x, lambda s: s, "depth")
+
+
+def test_fused_switch_reaches_the_inner_attention():
+    axial = AxialAttention(16, 4, "width")
+    axial.fused = False
+    assert axial.attn.fused is False and axial.fused is False
+
+
+def test_axial_models_share_the_vit_config_fields():
+    from vit_tutorial.vit import TransformerConfig, ViTConfig
+
+    shared = {f.name for f in dataclasses.fields(TransformerConfig)}
+    assert {f.name for f in dataclasses.fields(AxialViTConfig)} == shared
+    assert shared < {f.name for f in dataclasses.fields(ViTConfig)}
+    with pytest.raises(TypeError, match=r"got dict; rebuild it: AxialViTConfig\(\*\*config\)"):
+        AxialViT({"dim": 16})
+
+
+def test_empty_batch_passes_through():
+    model = tiny()
+    assert model(torch.zeros(0, 1, 8, 8)).shape == (0, model.config.num_classes)
+    out, weights = AxialAttention(16, 2, "height").forward_with_weights(torch.zeros(0, 3, 5, 16))
+    assert out.shape == (0, 3, 5, 16) and weights.shape == (0, 5, 2, 3, 3)

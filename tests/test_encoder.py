@@ -280,3 +280,33 @@ def test_check_block_forward_accepts_a_correct_solution(capsys):
 def test_check_block_forward_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_block_forward(wrong)
+
+
+def test_init_weights_is_timms_scheme():
+    from vit_tutorial.encoder import init_weights
+
+    torch.manual_seed(0)
+    layer = nn.Linear(512, 512).apply(init_weights)
+    assert layer.weight.abs().max() <= 0.04 and torch.equal(layer.bias, torch.zeros(512))
+    assert abs(layer.weight.std().item() - 0.0176) < 1e-3  # 0.02 truncated at ±2σ
+    norm = nn.LayerNorm(8)
+    before = norm.weight.clone()
+    norm.apply(init_weights)
+    assert torch.equal(norm.weight, before)  # other modules are left alone
+
+
+def test_drop_path_rates_rise_linearly():
+    from vit_tutorial.encoder import drop_path_rates
+
+    assert drop_path_rates(0.0, 3) == [0.0, 0.0, 0.0]
+    assert [round(r, 6) for r in drop_path_rates(0.3, 4)] == [0.0, 0.1, 0.2, 0.3]
+    with pytest.raises(ValueError, match="depth must be at least 1, got 0"):
+        drop_path_rates(0.1, 0)
+
+
+@pytest.mark.parametrize("p", [-0.5, 1.0, 1.5])
+def test_drop_path_names_the_probability_it_was_given(p):
+    with pytest.raises(ValueError, match=rf"in \[0, 1\), got {p}"):
+        drop_path(torch.ones(2, 3), p, training=True)
+    with pytest.raises(ValueError, match=rf"in \[0, 1\), got {p}"):
+        DropPath(p)

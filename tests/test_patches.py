@@ -216,3 +216,37 @@ def test_check_patch_embedding_explains_the_layout_mistake():
         check_patch_embedding(lambda conv: conv.weight.flatten(1))
     with pytest.raises(AssertionError, match=r"shape \(8, 48\)"):
         check_patch_embedding(lambda conv: conv.weight)
+
+
+def test_patch_grid_is_the_one_geometry_check():
+    from vit_tutorial.patches import patch_grid
+
+    assert patch_grid(224, 16) == (14, 14) and patch_grid((32, 48), (8, 16)) == (4, 3)
+    with pytest.raises(ValueError, match=r"\(30, 32\) is not divisible by patch size \(8, 8\)"):
+        patch_grid((30, 32), 8)
+    with pytest.raises(TypeError, match="pair of ints"):
+        patch_grid(32.0, 8)
+
+
+@pytest.mark.parametrize("images, error", [
+    (torch.zeros(1, 3, 8, 8, dtype=torch.uint8), TypeError),
+    (torch.zeros(1, 3, 8, 8, dtype=torch.bool), TypeError),
+    ([[0.0]], TypeError),
+    (torch.zeros(3, 8, 8), ValueError),
+])
+def test_both_stems_and_image_to_patches_refuse_bad_images(images, error):
+    from vit_tutorial.patches import ConvStem
+
+    for fn in (PatchEmbedding(8, 4, dim=8), ConvStem(8, 4, dim=8),
+               lambda x: image_to_patches(x, 4)):
+        with pytest.raises(error):
+            fn(images)
+
+
+def test_float64_images_are_cast_to_the_weights_dtype():
+    torch.manual_seed(0)
+    embed = PatchEmbedding(8, 4, dim=8)
+    x = torch.randn(2, 3, 8, 8)
+    out = embed(x.double())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, embed(x))

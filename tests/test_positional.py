@@ -465,3 +465,50 @@ def flattened_offset(grid):
 def test_check_relative_position_index_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_relative_position_index(wrong)
+
+
+def test_grid_coordinates_are_row_major():
+    from vit_tutorial.positional import grid_coordinates
+
+    rows, cols = grid_coordinates((3, 4))
+    assert torch.equal(rows * 4 + cols, torch.arange(12))
+    with pytest.raises(ValueError, match=r"grid_size must be positive, got \(0, 2\)"):
+        grid_coordinates((0, 2))
+
+
+def test_sinusoidal_embedding_module_adds_the_table_and_follows_the_grid():
+    from vit_tutorial.positional import SinusoidalEmbedding2D
+
+    pos = SinusoidalEmbedding2D((2, 3), 8, num_prefix_tokens=1)
+    assert pos.state_dict() == {}  # fixed, not stored
+    x = torch.zeros(2, 7, 8)
+    out = pos(x)
+    assert torch.equal(out[:, 0], torch.zeros(2, 8))
+    torch.testing.assert_close(out[0, 1:], sinusoidal_2d((2, 3), 8))
+    torch.testing.assert_close(pos(torch.zeros(1, 13, 8), (3, 4))[0, 1:], sinusoidal_2d((3, 4), 8))
+    with pytest.raises(ValueError, match=r"expected tokens of shape \(B, 7, 8\)"):
+        pos(torch.zeros(1, 6, 8))
+
+
+def test_learned_embedding_resamples_for_another_grid():
+    torch.manual_seed(0)
+    pos = LearnedPositionalEmbedding(1 + 4 * 4, 8, grid_size=4, num_prefix_tokens=1)
+    out = pos(torch.zeros(1, 1 + 6 * 6, 8), (6, 6))
+    torch.testing.assert_close(out, resize_pos_embed(pos.weight, 4, 6, 1))
+    assert torch.equal(pos(torch.zeros(1, 17, 8), (4, 4)), pos.weight.detach().expand(1, 17, 8))
+
+
+@pytest.mark.parametrize("kwargs", [dict(grid_size=0), dict(grid_size=(4, -1)),
+                                    dict(num_prefix_tokens=-1), dict(num_heads=0),
+                                    dict(temperature=0.0)])
+def test_rope_refuses_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        RotaryEmbedding2D(**{"head_dim": 8, "grid_size": 4, **kwargs})
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0])
+def test_sinusoidal_tables_refuse_a_non_positive_temperature(temperature):
+    with pytest.raises(ValueError, match=f"temperature must be positive, got {temperature}"):
+        sinusoidal_1d(4, 8, temperature)
+    with pytest.raises(ValueError, match=f"temperature must be positive, got {temperature}"):
+        sinusoidal_2d(4, 8, temperature)

@@ -399,3 +399,87 @@ def test_check_predict_accepts_a_correct_solution(capsys):
 def test_check_predict_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_predict(wrong)
+
+
+def test_vit_flops_equals_flop_counter_on_the_meta_device():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vit_tutorial.vit import vit_flops
+
+    configs = [PRESETS["vit_base_patch32_224"],
+               ViTConfig(**SMALL), ViTConfig(**{**SMALL, "pool": "mean"}),
+               ViTConfig(image_size=(32, 48), patch_size=(8, 16), dim=32, depth=2,
+                         num_heads=2, num_classes=7, mlp_ratio=3.0)]
+    for config in configs:
+        with torch.device("meta"):
+            model = VisionTransformer(config)
+            for block in model.encoder.blocks:
+                block.attn.fused = False  # the counter sees the explicit matmuls
+            H, W = model.patch_embed.image_size
+            with FlopCounterMode(display=False) as counter:
+                model(torch.empty(1, config.in_channels, H, W))
+        assert vit_flops(config) == counter.get_total_flops(), config
+    with pytest.raises(ValueError, match="patch stem only"):
+        vit_flops(ViTConfig(**{**SMALL, "stem": "conv"}))
+
+
+def test_attention_rollout_matches_a_loop_and_checks_arguments():
+    from vit_tutorial.vit import attention_rollout
+
+    torch.manual_seed(0)
+    maps = [torch.rand(2, 3, 5, 5).softmax(-1) for _ in range(4)]
+    rolled = attention_rollout(maps)
+    for b in range(2):
+        want = torch.eye(5)
+        for a in maps:
+            a = 0.5 * a[b].mean(0) + 0.5 * torch.eye(5)
+            want = (a / a.sum(-1, keepdim=True)) @ want
+        torch.testing.assert_close(rolled[b], want)
+    torch.testing.assert_close(rolled.sum(-1), torch.ones(2, 5))  # rows stay distributions
+    torch.testing.assert_close(attention_rollout(maps, residual=1.0), torch.eye(5).expand(2, 5, 5))
+    with pytest.raises(ValueError, match="at least one block"):
+        attention_rollout([])
+    with pytest.raises(ValueError, match=r"residual must be in \[0, 1\], got 2"):
+        attention_rollout(maps, residual=2)
+
+
+def test_position_encoding_is_one_attribute_per_option():
+    from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
+
+    kinds = {"learned": LearnedPositionalEmbedding, "sincos2d": SinusoidalEmbedding2D,
+             "relative": nn.ModuleList, "none": type(None)}
+    for pos_embed, kind in kinds.items():
+        model = VisionTransformer(**{**SMALL, "pos_embed": pos_embed})
+        assert isinstance(model.pos_embed, kind)
+        names = {n.split(".")[0] for n, _ in model.named_modules()}
+        assert not names & {"pos_sincos", "rel_pos"}
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("dim", 64.0, TypeError), ("depth", "2", TypeError), ("num_classes", True, TypeError),
+    ("norm_eps", -1e-6, ValueError), ("mlp_ratio", 0.001, ValueError),
+    ("num_heads", 3, ValueError), ("image_size", (32, 30), ValueError),
+])
+def test_config_refuses_bad_values_naming_the_field(field, value, error):
+    with pytest.raises(error, match=field.split("_")[0] if field != "num_heads" else "num_heads"):
+        ViTConfig(**{**SMALL, field: value})
+
+
+@pytest.mark.parametrize("images, error, match", [
+    (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), TypeError, "floating point, got torch.uint8"),
+    (torch.zeros(1, 3, 32, 32, dtype=torch.bool), TypeError, "floating point, got torch.bool"),
+    (torch.zeros(1, 3, 32, 32, dtype=torch.long), TypeError, "floating point, got torch.int64"),
+])
+def test_bad_image_dtypes_are_refused(images, error, match):
+    with pytest.raises(error, match=match):
+        VisionTransformer(**SMALL)(images)
+
+
+def test_numpy_images_are_refused_and_float64_images_work():
+    import numpy as np
+
+    model = VisionTransformer(**SMALL).eval()
+    with pytest.raises(TypeError, match="torch.Tensor.*got ndarray"):
+        model(np.zeros((1, 3, 32, 32), dtype=np.float32))
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model(x.double()), model(x))

@@ -42,9 +42,9 @@ __all__ = ["AxialAttention", "AxialEncoderBlock", "AxialViTConfig", "AxialViT", 
 
 AXES = ("height", "width")
 # einops patterns folding the other axis into the batch: one sequence per column (height)
-# or per row (width), and back.
+# or per row (width), and back (after splitting the batch axis, so that B = 0 works).
 _FOLD = {"height": "b gh gw d -> (b gw) gh d", "width": "b gh gw d -> (b gh) gw d"}
-_UNFOLD = {"height": "(b gw) gh d -> b gh gw d", "width": "(b gh) gw d -> b gh gw d"}
+_UNFOLD = {"height": "b gw gh d -> b gh gw d", "width": "b gh gw d -> b gh gw d"}
 
 
 def _check_axis(axis: str) -> None:
@@ -74,7 +74,8 @@ def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
         shape = f"{x.dim()}-D {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"expected a grid of tokens of shape (B, Gh, Gw, D), got {shape}")
     lines = fn(rearrange(x, _FOLD[axis]))  # (B·Gw, Gh, D) or (B·Gh, Gw, D)
-    return rearrange(lines, _UNFOLD[axis], b=x.shape[0])  # (B, Gh, Gw, D)
+    lines = lines.unflatten(0, (x.shape[0], x.shape[2 if axis == "height" else 1]))
+    return rearrange(lines, _UNFOLD[axis])  # (B, Gh, Gw, D)
 
 
 class AxialAttention(nn.Module):
@@ -144,7 +145,8 @@ class AxialAttention(nn.Module):
             return out
 
         out = along_axis(x, attend, self.axis)
-        return out, rearrange(kept[0], "(b g) h n m -> b g h n m", b=x.shape[0])
+        lines = x.shape[2] if self.axis == "height" else x.shape[1]  # Gw columns or Gh rows
+        return out, kept[0].unflatten(0, (x.shape[0], lines))
 
     def extra_repr(self) -> str:
         return f"axis={self.axis!r}"
