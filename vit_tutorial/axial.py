@@ -250,8 +250,7 @@ class AxialViT(nn.Module):
             self.pos_embed = SinusoidalEmbedding2D(self.grid_size, c.dim)
         self.pos_drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
-            AxialEncoderBlock(c.dim, c.num_heads, c.mlp_ratio, c.qkv_bias, c.dropout,
-                              c.attn_dropout, rate, c.norm_eps)
+            AxialEncoderBlock(c.dim, c.num_heads, drop_path=rate, **c.block_options())
             for rate in drop_path_rates(c.drop_path, c.depth))
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)

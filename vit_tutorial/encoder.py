@@ -19,6 +19,7 @@ map onto these modules one to one. Shapes: B batch, N tokens, D model width, h h
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -218,12 +219,10 @@ class Encoder(nn.Module):
         dim: model width D.
         depth: number of blocks.
         num_heads: attention heads h.
-        mlp_ratio: MLP hidden width as a multiple of D.
-        qkv_bias: bias in the query/key/value projections.
-        dropout: dropout inside each block.
-        attn_dropout: dropout on the attention weights.
         drop_path: stochastic-depth probability of the last block.
-        norm_eps: the LayerNorm epsilon.
+        **block_options: the other arguments of :class:`EncoderBlock` (``mlp_ratio``,
+            ``qkv_bias``, ``dropout``, ``attn_dropout``, ``norm_eps``), the same for
+            every block.
 
     Example:
         >>> encoder = Encoder(dim=32, depth=3, num_heads=2, drop_path=0.2)
@@ -231,22 +230,11 @@ class Encoder(nn.Module):
         [0.0, 0.1, 0.2]
     """
 
-    def __init__(
-        self,
-        dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        qkv_bias: bool = True,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
-    ) -> None:
+    def __init__(self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0,
+                 **block_options: Any) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(
-            EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, dropout, attn_dropout, rate,
-                         norm_eps)
+            EncoderBlock(dim, num_heads, drop_path=rate, **block_options)
             for rate in drop_path_rates(drop_path, depth)
         )
 

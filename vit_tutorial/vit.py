@@ -109,6 +109,11 @@ class TransformerConfig:
                              f"{self.pos_embed!r}")
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
 
+    def block_options(self) -> dict[str, Any]:
+        """The encoder-block arguments every block shares, as keywords."""
+        return dict(mlp_ratio=self.mlp_ratio, qkv_bias=self.qkv_bias, dropout=self.dropout,
+                    attn_dropout=self.attn_dropout, norm_eps=self.norm_eps)
+
     @classmethod
     def resolve(cls, config: TransformerConfig | None = None, **fields: Any):
         """``config`` (default: the defaults) with ``fields`` replaced, validated."""
@@ -205,8 +210,7 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
         self.pos_embed = self._position_encoding()
         self.pos_drop = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.mlp_ratio, c.qkv_bias,
-                               c.dropout, c.attn_dropout, c.drop_path, c.norm_eps)
+        self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.drop_path, **c.block_options())
         # timm's placement: LayerNorm on the tokens for 'cls', on the pooled vector for 'mean'.
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
         self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
