@@ -198,3 +198,28 @@ def test_max_abs_logit_difference_restores_modes():
 def test_timm_is_not_a_runtime_dependency():
     code = "import sys, vit_tutorial, vit_tutorial.interop; assert 'timm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_from_timm_carries_its_regularisation_over():
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10,
+                            attn_drop_rate=0.2, drop_path_rate=0.3, proj_drop_rate=0.1,
+                            pos_drop_rate=0.1, img_size=32, patch_size=8, depth=2)
+    config = from_timm(ref).config
+    assert (config.dropout, config.attn_dropout, config.drop_path) == (0.1, 0.2, 0.3)
+    ours = from_timm(ref)
+    assert [round(b.drop_path1.p, 6) for b in ours.encoder.blocks] == [0.0, 0.3]
+
+
+def test_from_timm_refuses_dropouts_it_cannot_express():
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10,
+                            drop_rate=0.1, img_size=32, patch_size=8, depth=2)
+    with pytest.raises(ValueError, match=r"drop_rate \(head\)': 0.1"):
+        from_timm(ref)
+
+
+def test_from_torchvision_accepts_any_mlp_width():
+    ref = TorchvisionViT(image_size=16, patch_size=8, num_layers=1, num_heads=1, hidden_dim=7,
+                         mlp_dim=61, num_classes=3).eval()
+    ours = from_torchvision(ref)
+    assert ours.encoder.blocks[0].mlp.fc1.out_features == 61
+    assert max_abs_logit_difference(ours, ref, torch.randn(2, 3, 16, 16)) < 1e-5

@@ -13,6 +13,7 @@ attributes of the model they are given.
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -128,10 +129,24 @@ def load_converted(model: VisionTransformer, state_dict: dict[str, Tensor],
 
 
 def _mlp_ratio(dim: int, hidden_dim: int) -> float:
+    """The ``mlp_ratio`` whose ``int(dim * mlp_ratio)`` is ``hidden_dim``."""
     ratio = hidden_dim / dim
-    if int(dim * ratio) != hidden_dim:
-        raise ValueError(f"MLP width {hidden_dim} is not int(dim * ratio) for dim {dim}")
+    if int(dim * ratio) != hidden_dim:  # dim · (hidden / dim) rounded just below hidden
+        ratio = math.nextafter(ratio, math.inf)
     return ratio
+
+
+def _timm_dropouts(model: nn.Module) -> dict[str, float]:
+    """timm's dropout rates as our three, refusing the combinations we cannot express."""
+    block = model.blocks[-1]
+    rates = {"dropout": block.attn.proj_drop.p, "attn_dropout": block.attn.attn_drop.p,
+             "drop_path": float(f"{getattr(block.drop_path1, 'drop_prob', 0.0):.6g}")}
+    others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
+    if others["pos_drop_rate"] != rates["dropout"] or others["drop_rate (head)"] != 0.0:
+        raise ValueError(f"vit_tutorial has one dropout rate for the position embedding and "
+                         f"the blocks and none before the head; the timm model uses "
+                         f"proj_drop_rate={rates['dropout']} and {others}")
+    return rates
 
 
 def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
@@ -205,7 +220,7 @@ def from_timm(model: nn.Module) -> VisionTransformer:
         in_channels=model.patch_embed.proj.in_channels, num_classes=model.num_classes,
         dim=model.embed_dim, depth=len(model.blocks), num_heads=block.attn.num_heads,
         mlp_ratio=_mlp_ratio(model.embed_dim, block.mlp.fc1.out_features),
-        qkv_bias=block.attn.qkv.bias is not None, pool=pool,
+        qkv_bias=block.attn.qkv.bias is not None, pool=pool, **_timm_dropouts(model),
         pos_embed="learned" if model.pos_embed is not None else "none",
         dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
         norm_eps=block.norm1.eps,
