@@ -172,7 +172,7 @@ def test_dropout_only_in_training():
 def test_dim_not_divisible_by_heads():
     with pytest.raises(ValueError, match=r"dim \(100\) must be divisible by num_heads \(3\)"):
         MultiHeadSelfAttention(100, 3)
-    with pytest.raises(ValueError, match=r"num_heads \(0\)"):
+    with pytest.raises(ValueError, match=r"num_heads must be at least 1, got 0"):
         MultiHeadSelfAttention(64, 0)
 
 

@@ -172,8 +172,10 @@ def test_block_dropout_and_drop_path_only_in_training():
 
 def test_block_hidden_width_and_bad_ratio():
     assert EncoderBlock(64, 4, mlp_ratio=2.5).mlp.fc1.out_features == 160
-    with pytest.raises(ValueError, match="at least one hidden unit, got hidden_dim=0"):
+    with pytest.raises(ValueError, match="mlp_ratio must be positive, got 0"):
         EncoderBlock(64, 4, mlp_ratio=0)
+    with pytest.raises(ValueError, match="at least one hidden unit, got hidden_dim=0"):
+        EncoderBlock(64, 4, mlp_ratio=0.01)
     with pytest.raises(ValueError, match=r"dim \(64\) must be divisible by num_heads \(5\)"):
         EncoderBlock(64, 5)
 

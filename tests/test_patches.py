@@ -25,8 +25,10 @@ def test_pair():
 
 @pytest.mark.parametrize("bad", [1.5, (1, 2, 3), "16", (16, 8.0), True])
 def test_pair_rejects_non_ints(bad):
-    with pytest.raises(TypeError, match="expected an int or an"):
+    with pytest.raises(TypeError, match="size must be an int or an"):
         pair(bad)
+    with pytest.raises(TypeError, match="patch_size must be an int or an"):
+        PatchEmbedding(32, bad)
 
 
 # --- image_to_patches / patches_to_image --------------------------------------------------

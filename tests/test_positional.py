@@ -99,7 +99,7 @@ def test_sinusoidal_1d_prefix_property():
 def test_sinusoidal_1d_errors():
     with pytest.raises(ValueError, match=r"even dim.*dim=15"):
         sinusoidal_1d(10, 15)
-    with pytest.raises(ValueError, match=r"num_positions must be positive, got 0"):
+    with pytest.raises(ValueError, match=r"num_positions must be at least 1, got 0"):
         sinusoidal_1d(0, 16)
 
 
@@ -217,9 +217,9 @@ def test_relative_bias_init_gradient_and_use_in_attention():
 def test_relative_bias_errors():
     with pytest.raises(ValueError, match=r"grid \(0, 4\), num_heads=2"):
         RelativePositionBias((0, 4), 2)
-    with pytest.raises(ValueError, match=r"num_heads=0"):
-        RelativePositionBias(4, 0)
-    with pytest.raises(ValueError, match=r"prefix=-1"):
+    with pytest.raises(ValueError, match=r"num_heads must be at least 1, got 0"):
+        RelativePositionBias(4, 0)  # num_heads=0
+    with pytest.raises(ValueError, match=r"num_prefix_tokens must be at least 0, got -1"):
         RelativePositionBias(4, 2, num_prefix_tokens=-1)
 
 

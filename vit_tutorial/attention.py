@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from vit_tutorial.checks import check_bool, check_int, check_real
+
 __all__ = ["attention_weights", "scaled_dot_product_attention", "MultiHeadSelfAttention"]
 
 
@@ -144,7 +146,10 @@ class MultiHeadSelfAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True,
                  attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
         super().__init__()
-        if num_heads < 1 or dim % num_heads != 0:
+        check_int("dim", dim), check_int("num_heads", num_heads), check_bool("qkv_bias", qkv_bias)
+        for name, p in [("attn_dropout", attn_dropout), ("proj_dropout", proj_dropout)]:
+            check_real(name, p, 0.0, 1.0, high_open=True)
+        if dim % num_heads != 0:
             divisors = [h for h in range(1, min(dim, 16) + 1) if dim % h == 0]
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
                              f"try num_heads in {divisors}")

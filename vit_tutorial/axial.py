@@ -28,6 +28,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.checks import check_int
 from vit_tutorial.encoder import MLP, DropPath, drop_path_rates, init_weights
 from vit_tutorial.patches import PatchEmbedding, pair
 from vit_tutorial.positional import (
@@ -317,7 +318,8 @@ def attention_flops(grid_size: int | tuple[int, int], dim: int, kind: str) -> in
         >>> round(full / 1e9, 2), round(axial / 1e9, 2)  # GFLOPs on a 64×64 grid, D = 64
         (4.43, 0.4)
     """
-    gh, gw = pair(grid_size)
+    gh, gw = pair(grid_size, "grid_size")
+    check_int("dim", dim)
     n = gh * gw
     if kind == "full":
         return 8 * n * dim**2 + 4 * n * n * dim

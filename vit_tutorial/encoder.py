@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.checks import check_int, check_real
 
 __all__ = ["MLP", "DropPath", "drop_path", "drop_path_rates", "EncoderBlock", "Encoder",
            "init_weights"]
@@ -55,8 +56,8 @@ def drop_path_rates(drop_path: float, depth: int) -> list[float]:
         >>> drop_path_rates(0.2, 3)
         [0.0, 0.10000000149011612, 0.20000000298023224]
     """
-    if depth < 1:
-        raise ValueError(f"depth must be at least 1, got {depth}")
+    check_int("depth", depth)
+    check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
     return torch.linspace(0, drop_path, depth, device="cpu").tolist()
 
 
@@ -75,6 +76,7 @@ class MLP(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
+        check_int("hidden_dim", hidden_dim, minimum=0), check_int("dim", dim)
         if hidden_dim < 1:
             raise ValueError(f"the MLP needs at least one hidden unit, got hidden_dim="
                              f"{hidden_dim} (for D={dim}: raise mlp_ratio)")
@@ -108,8 +110,7 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
         >>> sorted(set(drop_path(x, 0.5, training=True).flatten().tolist())) in ([0.0, 2.0], [0.0], [2.0])
         True
     """
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"drop path probability must be in [0, 1), got {p}")
+    check_real("drop path probability p", p, 0.0, 1.0, high_open=True)
     if p == 0.0 or not training:
         return x
     keep = 1.0 - p
@@ -173,6 +174,8 @@ class EncoderBlock(nn.Module):
         norm_first: bool = True,
     ) -> None:
         super().__init__()
+        check_real("mlp_ratio", mlp_ratio, 0.0, low_open=True)
+        check_real("norm_eps", norm_eps, 0.0, low_open=True)
         self.norm_first = norm_first
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout, dropout)

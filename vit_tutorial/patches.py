@@ -31,11 +31,15 @@ import torch  # noqa: F401  (the doctests use it)
 from einops import rearrange
 from torch import Tensor, nn
 
+from vit_tutorial.checks import check_int
+
 __all__ = ["PatchEmbedding", "ConvStem", "image_to_patches", "patches_to_image", "patch_grid"]
 
 
-def pair(x: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+def pair(x: int | tuple[int, int] | list[int], name: str = "size") -> tuple[int, int]:
     """``x`` as an ``(height, width)`` pair: ``7 -> (7, 7)``, ``(4, 6) -> (4, 6)``.
+
+    ``name`` is the argument's name in the ``TypeError`` raised for anything else.
 
     Example:
         >>> pair(16), pair((12, 8))
@@ -46,7 +50,7 @@ def pair(x: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     if (isinstance(x, (tuple, list)) and len(x) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in x)):
         return (int(x[0]), int(x[1]))
-    raise TypeError(f"expected an int or an (height, width) pair of ints, got {x!r}")
+    raise TypeError(f"{name} must be an int or an (height, width) pair of ints, got {x!r}")
 
 
 def patch_grid(image_size: int | tuple[int, int],
@@ -57,7 +61,7 @@ def patch_grid(image_size: int | tuple[int, int],
         >>> patch_grid(224, 16), patch_grid((32, 48), (8, 16))
         ((14, 14), (4, 3))
     """
-    (H, W), (ph, pw) = pair(image_size), pair(patch_size)
+    (H, W), (ph, pw) = pair(image_size, "image_size"), pair(patch_size, "patch_size")
     if min(H, W, ph, pw) < 1:
         raise ValueError(f"sizes must be positive, got image {(H, W)} and patch {(ph, pw)}")
     if H % ph or W % pw:
@@ -109,7 +113,7 @@ def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tenso
                 [10., 11., 14., 15.]])
     """
     check_images(images)
-    ph, pw = pair(patch_size)
+    ph, pw = pair(patch_size, "patch_size")
     patch_grid(tuple(images.shape[-2:]), (ph, pw))
     # (B, C, Gh·P_h, Gw·P_w) -> (B, Gh·Gw, P_h·P_w·C)
     return rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=ph, p2=pw)
@@ -159,8 +163,9 @@ class _Stem(nn.Module):
     def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
                  in_channels: int, dim: int, strict_image_size: bool) -> None:
         super().__init__()
+        self.grid_size = patch_grid(image_size, patch_size)
         self.image_size, self.patch_size = pair(image_size), pair(patch_size)
-        self.grid_size = patch_grid(self.image_size, self.patch_size)
+        check_int("in_channels", in_channels), check_int("dim", dim)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.in_channels, self.dim = in_channels, dim
         self.strict_image_size = strict_image_size
@@ -268,7 +273,7 @@ class ConvStem(_Stem):
 
     def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
                  in_channels: int = 3, dim: int = 768, strict_image_size: bool = True) -> None:
-        p, pw = pair(patch_size)
+        p, pw = pair(patch_size, "patch_size")
         if p != pw or p < 1 or p & (p - 1):
             raise ValueError(f"the conv stem needs a square power-of-2 patch size, got "
                              f"{(p, pw)}")

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from vit_tutorial.checks import check_int, check_real
 from vit_tutorial.patches import pair
 
 __all__ = [
@@ -56,7 +57,7 @@ def grid_coordinates(grid_size: int | tuple[int, int],
         >>> grid_coordinates((2, 3))
         (tensor([0, 0, 0, 1, 1, 1]), tensor([0, 1, 2, 0, 1, 2]))
     """
-    gh, gw = pair(grid_size)
+    gh, gw = pair(grid_size, "grid_size")
     if gh < 1 or gw < 1:
         raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
     rows = torch.arange(gh, device=device).repeat_interleave(gw)  # 0 0 ... 1 1 ...
@@ -95,7 +96,7 @@ class LearnedPositionalEmbedding(nn.Module):
                  num_prefix_tokens: int = 0) -> None:
         super().__init__()
         self.num_positions, self.dim = num_positions, dim
-        self.grid_size = pair(grid_size) if grid_size is not None else None
+        self.grid_size = pair(grid_size, "grid_size") if grid_size is not None else None
         self.num_prefix_tokens = num_prefix_tokens
         self.weight = nn.Parameter(torch.empty(1, num_positions, dim))
         nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
@@ -145,12 +146,10 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
                 [ 0.8415,  0.5403,  0.0100,  0.9999],
                 [ 0.9093, -0.4161,  0.0200,  0.9998]])
     """
-    if dim % 2 or dim < 2:
+    check_int("num_positions", num_positions), check_int("dim", dim)
+    check_real("temperature", temperature, 0.0, low_open=True)
+    if dim % 2:
         raise ValueError(f"sinusoidal_1d needs an even dim (sin and cos pairs), got dim={dim}")
-    if num_positions < 1:
-        raise ValueError(f"num_positions must be positive, got {num_positions}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
     return _sincos(torch.arange(num_positions), dim, temperature)
 
 
@@ -175,14 +174,14 @@ def sinusoidal_2d(grid_size: int | tuple[int, int], dim: int, temperature: float
         >>> pe.shape, torch.equal(pe[0, :384], pe[5, :384])  # same row, same first half
         (torch.Size([196, 768]), True)
     """
-    gh, gw = pair(grid_size)
-    if dim % 4 or dim < 4:
+    gh, gw = pair(grid_size, "grid_size")
+    check_int("dim", dim)
+    if dim % 4:
         raise ValueError(
             f"sinusoidal_2d needs dim divisible by 4 (sin and cos for each of two axes), got "
             f"dim={dim}; the nearest valid values are {dim // 4 * 4} and {dim // 4 * 4 + 4}"
         )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    check_real("temperature", temperature, 0.0, low_open=True)
     rows, cols = grid_coordinates((gh, gw))  # (N,) each
     return torch.cat([_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1)
 
@@ -207,7 +206,7 @@ class SinusoidalEmbedding2D(nn.Module):
     def __init__(self, grid_size: int | tuple[int, int], dim: int,
                  num_prefix_tokens: int = 0) -> None:
         super().__init__()
-        self.grid_size, self.dim = pair(grid_size), dim
+        self.grid_size, self.dim = pair(grid_size, "grid_size"), dim
         self.num_prefix_tokens = num_prefix_tokens
         table = _prefixed(sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
         self.register_buffer("table", table, persistent=False)  # (1, prefix + N, D)
@@ -215,7 +214,7 @@ class SinusoidalEmbedding2D(nn.Module):
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
         """Return ``x + table`` for tokens ``(B, N, D)`` on ``grid_size`` (default: its own)."""
         table = self.table
-        if grid_size is not None and pair(grid_size) != self.grid_size:
+        if grid_size is not None and pair(grid_size, "grid_size") != self.grid_size:
             table = _prefixed(sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
         if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
             raise ValueError(f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), "
@@ -246,7 +245,8 @@ class RelativePositionBias(nn.Module):
     def __init__(self, grid_size: int | tuple[int, int], num_heads: int,
                  num_prefix_tokens: int = 0) -> None:
         super().__init__()
-        gh, gw = self.grid_size = pair(grid_size)
+        gh, gw = self.grid_size = pair(grid_size, "grid_size")
+        check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
         if min(gh, gw, num_heads) < 1 or num_prefix_tokens < 0:
             raise ValueError(f"need a positive grid and num_heads and num_prefix_tokens >= 0, got "
                              f"grid {(gh, gw)}, num_heads={num_heads}, prefix={num_prefix_tokens}")
@@ -290,7 +290,7 @@ def resize_pos_embed(pos_embed: Tensor, old_grid: int | tuple[int, int],
         >>> resize_pos_embed(torch.zeros(1, 197, 8), 14, (16, 20)).shape
         torch.Size([1, 321, 8])
     """
-    (gh, gw), new = pair(old_grid), pair(new_grid)
+    (gh, gw), new = pair(old_grid, "old_grid"), pair(new_grid, "new_grid")
     if pos_embed.dim() != 3 or pos_embed.shape[1] != num_prefix_tokens + gh * gw:
         raise ValueError(
             f"pos_embed of shape {tuple(pos_embed.shape)} does not match old_grid {(gh, gw)} with "
@@ -344,15 +344,17 @@ class RotaryEmbedding2D(nn.Module):
         super().__init__()
         if mode not in ("axial", "mixed"):
             raise ValueError(f"mode must be 'axial' or 'mixed', got {mode!r}")
-        if head_dim % 4 or head_dim < 4:
+        check_int("head_dim", head_dim), check_int("num_heads", num_heads)
+        check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        if head_dim % 4:
             raise ValueError(f"RotaryEmbedding2D needs head_dim divisible by 4, got {head_dim}")
-        if min(pair(grid_size)) < 1 or num_prefix_tokens < 0 or num_heads < 1:
+        if min(pair(grid_size, "grid_size")) < 1 or num_prefix_tokens < 0 or num_heads < 1:
             raise ValueError(f"need a positive grid, num_prefix_tokens >= 0 and num_heads >= 1, "
                              f"got grid_size={grid_size}, num_prefix_tokens={num_prefix_tokens}"
                              f", num_heads={num_heads}")
-        if temperature is not None and not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size), mode
+        if temperature is not None:
+            check_real("temperature", temperature, 0.0, low_open=True)
+        self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size, "grid_size"), mode
         self.num_prefix_tokens, self.num_heads = num_prefix_tokens, num_heads
         self.temperature = temperature or (100.0 if mode == "axial" else 10.0)
         mag = self.temperature ** (-torch.arange(0, head_dim, 4) / head_dim)  # (d/4,)
@@ -375,7 +377,7 @@ class RotaryEmbedding2D(nn.Module):
 
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
         """Rotate ``x`` of shape ``(B, h, N, d)``; ``grid_size`` overrides the built-in grid."""
-        gh, gw = pair(grid_size) if grid_size is not None else self.grid_size
+        gh, gw = pair(grid_size, "grid_size") if grid_size is not None else self.grid_size
         p = self.num_prefix_tokens
         if x.dim() != 4 or x.shape[-1] != self.head_dim or x.shape[-2] != p + gh * gw:
             raise ValueError(

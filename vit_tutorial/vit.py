@@ -23,12 +23,12 @@ Shapes: B batch, C channels, H×W pixels, P patch size, Gh×Gw grid, N tokens, D
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.checks import check_bool, check_int, check_real
 from vit_tutorial.encoder import Encoder, init_weights
 from vit_tutorial.patches import ConvStem, PatchEmbedding, pair, patch_grid
 from vit_tutorial.positional import (
@@ -39,13 +39,6 @@ from vit_tutorial.positional import (
 
 __all__ = ["TransformerConfig", "ViTConfig", "VisionTransformer", "PRESETS", "create_vit",
            "vit_flops", "attention_rollout"]
-
-
-def _check_int(name: str, value: Any) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 @dataclasses.dataclass
@@ -92,18 +85,18 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "num_classes", "dim", "depth", "num_heads"):
-            _check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         if self.dim % self.num_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads "
                              f"({self.num_heads})")
         for name in ("dropout", "attn_dropout", "drop_path"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not (isinstance(self.mlp_ratio, numbers.Real) and int(self.dim * self.mlp_ratio) >= 1):
+            check_real(name, getattr(self, name), 0.0, 1.0, high_open=True)
+        check_real("mlp_ratio", self.mlp_ratio, 0.0, low_open=True)
+        if int(self.dim * self.mlp_ratio) < 1:
             raise ValueError(f"mlp_ratio must give the MLP at least one hidden unit, got "
                              f"mlp_ratio={self.mlp_ratio!r} with dim={self.dim}")
-        if not (isinstance(self.norm_eps, numbers.Real) and self.norm_eps > 0):
-            raise ValueError(f"norm_eps must be positive, got {self.norm_eps!r}")
+        check_real("norm_eps", self.norm_eps, 0.0, low_open=True)
+        check_bool("qkv_bias", self.qkv_bias)
         if self.pos_embed not in self.POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got "
                              f"{self.pos_embed!r}")
@@ -155,6 +148,7 @@ class ViTConfig(TransformerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_bool("dynamic_image_size", self.dynamic_image_size)
         for name, valid in [("pool", ("cls", "mean")), ("stem", ("patch", "conv"))]:
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")

@@ -1,0 +1,62 @@
+"""Argument checks shared by the modules: one wording for every "wrong value" error.
+
+Each check raises ``TypeError`` for a value of the wrong kind and ``ValueError`` for one out
+of range, naming the argument, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["check_int", "check_real", "check_bool"]
+
+
+def check_int(name: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an int of at least ``minimum``.
+
+    Example:
+        >>> check_int("depth", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: depth must be at least 1, got 0
+    """
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r} "
+                        f"({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def check_real(name: str, value: object, low: float = -math.inf, high: float = math.inf,
+               *, low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a finite float in the interval from ``low`` to ``high``.
+
+    ``low_open``/``high_open`` exclude the bound. NaN and infinities are refused.
+
+    Example:
+        >>> check_real("dropout", 1.0, 0.0, 1.0, high_open=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout must be in [0, 1), got 1.0
+    """
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got {value!r} "
+                        f"({type(value).__name__})")
+    value = float(value)
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        if low == 0 and low_open and high == math.inf:
+            raise ValueError(f"{name} must be positive, got {value}")
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a bool; ``TypeError`` otherwise."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
