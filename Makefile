@@ -33,6 +33,7 @@ setup: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 pytest: setup
 	$(BIN)/python -m pytest
