@@ -10,7 +10,7 @@ from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import checker, close, passed
 
 __all__ = ["check_axial_attention", "check_axial_scores"]
 
@@ -27,6 +27,7 @@ def _along(x: Tensor, attend: Attend, axis: str) -> Tensor:
     return rearrange(out, "(b gh) gw d -> b gh gw d", b=B)
 
 
+@checker
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     """Grade a learner's ``fn(x, attend, axis) -> out`` on grids ``x`` of shape ``(B, Gh, Gw, D)``.
 
@@ -87,6 +88,7 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
 
 
+@checker
 def check_axial_scores(fn: Callable[[int, int], int]) -> None:
     """Grade ``fn(gh, gw) -> int``: the attention scores one axial layer computes.
 
