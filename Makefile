@@ -33,13 +33,14 @@ setup: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 pytest: setup
 	$(BIN)/python -m pytest
 
 book-only: setup
 	$(BIN)/jupyter-book build . --all -W --keep-going
-	$(BIN)/python tests/check_built_book.py _build/html
+	$(BIN)/python tools/check_built_book.py _build/html
 
 book: book-only
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
@@ -48,10 +49,10 @@ test: lint pytest book-only
 	@echo "make test: all checks passed"
 
 notebooks: setup
-	$(BIN)/python tests/execute_notebooks.py $(if $(NB),$(NB),$(CHAPTERS))
+	$(BIN)/python tools/execute_notebooks.py $(if $(NB),$(NB),$(CHAPTERS))
 
 colab-cells: setup
-	$(BIN)/python tests/colab_cell.py --write $(CHAPTERS)
+	$(BIN)/python tools/colab_cell.py --write $(CHAPTERS)
 
 bench: setup
 	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python "$$script"; done

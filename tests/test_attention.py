@@ -15,6 +15,8 @@ from vit_tutorial.attention import (
 from vit_tutorial.exercises import check_attention
 from vit_tutorial.exercises.attention import _multi_head
 
+from checker_messages import wrapped
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -213,7 +215,7 @@ def test_checker_accepts_a_correct_solution(capsys):
     ],
 )
 def test_checker_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_attention(wrong)
 
 

@@ -26,6 +26,8 @@ from vit_tutorial.exercises import check_axial_attention, check_axial_scores
 from vit_tutorial.measure import median_seconds, peak_memory
 from vit_tutorial.training import fit, load_checkpoint, param_groups
 
+from checker_messages import wrapped
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -340,7 +342,7 @@ def _reshape_fold(x, attend, axis):
     ],
 )
 def test_axial_checker_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_axial_attention(wrong)
 
 
@@ -362,7 +364,7 @@ def test_scores_checker(capsys):
     ],
 )
 def test_scores_checker_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_axial_scores(wrong)
 
 

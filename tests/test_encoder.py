@@ -9,6 +9,8 @@ from torchvision.models.vision_transformer import EncoderBlock as TorchvisionBlo
 from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
 from vit_tutorial.exercises import check_block_forward, check_drop_path
 
+from checker_messages import wrapped
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -237,7 +239,7 @@ def test_check_drop_path_accepts_the_package_function(capsys):
     ],
 )
 def test_check_drop_path_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_drop_path(wrong)
 
 
@@ -280,7 +282,7 @@ def test_check_block_forward_accepts_a_correct_solution(capsys):
     ],
 )
 def test_check_block_forward_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_block_forward(wrong)
 
 

@@ -6,7 +6,14 @@ from einops import rearrange
 from torch import nn
 
 from vit_tutorial.exercises import check_image_to_patches, check_patch_embedding
-from vit_tutorial.patches import PatchEmbedding, image_to_patches, pair, patches_to_image
+from vit_tutorial.patches import (
+    PatchEmbedding,
+    image_to_patches,
+    pair,
+    patches_to_image,
+)
+
+from checker_messages import wrapped
 
 
 @pytest.fixture(autouse=True)
@@ -196,14 +203,14 @@ def test_check_image_to_patches_explains_each_mistake(pattern, message):
         p1, p2 = pair(patch_size)
         return rearrange(images, pattern, p1=p1, p2=p2)
 
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_image_to_patches(wrong)
 
 
 def test_check_image_to_patches_other_mistakes():
-    with pytest.raises(AssertionError, match=r"must have shape \(2, 6, 48\)"):
+    with pytest.raises(AssertionError, match=wrapped(r"must have shape \(2, 6, 48\)")):
         check_image_to_patches(lambda images, p: images.flatten(2))
-    with pytest.raises(AssertionError, match=r"crashed.*\(12, 16\), patch size \(4, 8\).*Zero"):
+    with pytest.raises(AssertionError, match=wrapped(r"crashed.*\(12, 16\), patch size \(4, 8\).*Zero")):
         check_image_to_patches(lambda images, p: image_to_patches(images, p)
                                if isinstance(p, int) else 1 / 0)  # fails on non-square patches
 
@@ -214,9 +221,9 @@ def test_check_patch_embedding_accepts_a_correct_solution(capsys):
 
 
 def test_check_patch_embedding_explains_the_layout_mistake():
-    with pytest.raises(AssertionError, match=r"\(c p1 p2\)"):
+    with pytest.raises(AssertionError, match=wrapped(r"\(c p1 p2\)")):
         check_patch_embedding(lambda conv: conv.weight.flatten(1))
-    with pytest.raises(AssertionError, match=r"shape \(8, 48\)"):
+    with pytest.raises(AssertionError, match=wrapped(r"shape \(8, 48\)")):
         check_patch_embedding(lambda conv: conv.weight)
 
 

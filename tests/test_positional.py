@@ -17,6 +17,8 @@ from vit_tutorial.positional import (
     sinusoidal_2d,
 )
 
+from checker_messages import wrapped
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -421,7 +423,7 @@ def crashes_on_square_grids(grid, dim):
     ],
 )
 def test_check_sinusoidal_2d_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_sinusoidal_2d(wrong)
 
 
@@ -463,7 +465,7 @@ def flattened_offset(grid):
     ],
 )
 def test_check_relative_position_index_explains_each_mistake(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_relative_position_index(wrong)
 
 

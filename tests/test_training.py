@@ -26,6 +26,8 @@ from vit_tutorial.training import (
 )
 from vit_tutorial.vit import VisionTransformer
 
+from checker_messages import wrapped
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -323,7 +325,7 @@ def test_check_lr_schedule_accepts_the_formula(capsys):
     (lambda t, lr, w, T: lr, r"step 0 of lr=0.001, warmup_steps=5, total_steps=50: got 0.001"),
 ])
 def test_check_lr_schedule_explains_mistakes(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_lr_schedule(wrong)
 
 
@@ -354,5 +356,5 @@ def _by_rule(rule, rate=0.05):
     (lambda model, wd: [{"params": list(model.parameters())}], r"default \(0.01 for AdamW\)"),
 ])
 def test_check_param_groups_explains_mistakes(wrong, message):
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
         check_param_groups(wrong)

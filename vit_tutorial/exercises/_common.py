@@ -1,16 +1,115 @@
-"""Helpers shared by the exercise checkers."""
+"""Helpers shared by the exercise checkers.
+
+Every checker is wrapped in :func:`checker`, which gives it two properties in one place:
+it leaves no trace (the learner's random state is the same afterwards), and its messages
+come out wrapped to :data:`WIDTH` columns, as a chapter prints them.
+"""
 
 from __future__ import annotations
+
+import functools
+import re
+import textwrap
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+__all__ = ["WIDTH", "call_safely", "checker", "close", "passed", "wrap"]
+
+WIDTH = 80
+"""Columns of a checker's message, prefix included: the book shows about 88."""
+
+_PREFIX = "AssertionError: "  # what a chapter prints before the message
+# Short formulas stay on one line: a parenthesis without nested ones, or a quoted pattern.
+_KEEP_TOGETHER = re.compile(r"\([^()]{1,30}\)|(?<![A-Za-z])'[^']{1,40}'")
+_GLUE = "\0"  # stands for a space that must not break while textwrap runs
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def wrap(text: str, first_line_taken: int = 0) -> str:
+    """Wrap ``text`` to :data:`WIDTH` columns, each paragraph (line) on its own.
+
+    ``first_line_taken`` columns of the first line are already used by a prefix, such as
+    ``"AssertionError: "``. Words are never split, and neither are short formulas: a
+    parenthesis such as ``(w + 1)`` or a quoted pattern such as ``'b n (h d)'``.
+
+    Example:
+        >>> message = wrap("word " * 30, first_line_taken=len("AssertionError: "))
+        >>> [len(line) for line in message.splitlines()]  # 16 + 64, then 79 and the rest
+        [64, 79, 4]
+        >>> print(wrap("x" * 75 + " lr·(t + 1)/(w + 1)"))
+        xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
+        lr·(t + 1)/(w + 1)
+    """
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        glued = _KEEP_TOGETHER.sub(lambda m: m.group().replace(" ", _GLUE), paragraph)
+        taken = first_line_taken if not lines else 0
+        wrapped = textwrap.wrap(
+            glued,
+            WIDTH,
+            initial_indent="x" * taken,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        if taken and wrapped:
+            wrapped[0] = wrapped[0][taken:]
+        lines += [line.replace(_GLUE, " ") for line in wrapped] or [""]
+    return "\n".join(lines)
+
+
+def checker(fn: F) -> F:
+    """Decorate a ``check_*`` function: no trace on the random state, wrapped messages.
+
+    The checker runs inside :func:`torch.random.fork_rng` with a fixed seed, so what it
+    draws, and what the learner's answer draws, is reproducible and invisible afterwards.
+    An :class:`AssertionError` it raises gets its message wrapped to fit the page after
+    ``"AssertionError: "``.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            try:
+                return fn(*args, **kwargs)
+            except AssertionError as error:
+                error.args = (wrap(str(error), len(_PREFIX)),)
+                raise
+
+    return wrapper  # type: ignore[return-value]
+
+
+def call_safely(fn: Callable, args: tuple, what: str) -> Any:
+    """``fn(*args)`` without autograd; a crash becomes an :class:`AssertionError`.
+
+    The message names the case (``what``) and the learner's error, so that the learner
+    sees their own bug rather than a traceback into the checker.
+    """
+    try:
+        with torch.no_grad():
+            return fn(*args)
+    except Exception as error:  # reported to the learner
+        raise AssertionError(
+            f"fn crashed on {what}: {type(error).__name__}: {error}"
+        ) from error
+
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
-    """True when ``a`` and ``b`` have the same shape and values within ``atol``."""
-    return a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=0.0)
+    """True when ``a`` and ``b`` have the same shape and values within ``atol``.
+
+    Both are compared in float64, so an answer computed in another floating dtype than
+    the reference (float64, say) is judged by its values.
+    """
+    if a.shape != b.shape:
+        return False
+    return torch.allclose(
+        a.detach().to(torch.float64), b.detach().to(torch.float64), atol=atol, rtol=0.0
+    )
 
 
 def passed(name: str, detail: str) -> None:
-    """Print the confirmation a learner sees when a checker passes."""
-    print(f"Correct! {name}: {detail}")
+    """Print the confirmation a learner sees when a checker passes, wrapped to the page."""
+    print(wrap(f"Correct! {name}: {detail}"))

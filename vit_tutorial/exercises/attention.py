@@ -10,7 +10,7 @@ from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.attention import scaled_dot_product_attention
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 
 __all__ = ["check_attention"]
 
@@ -27,6 +27,7 @@ def _multi_head(q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float | 
     return rearrange(out, "b h n d -> b n (h d)")
 
 
+@checker
 def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     """Grade a learner's ``fn(q, k, v, num_heads) -> out`` on ``(B, N, D)`` tensors.
 
@@ -46,8 +47,8 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
     generator = torch.Generator().manual_seed(0)
     for B, N, D, h in cases:
         q, k, v = (3 * torch.randn(B, N, D, generator=generator) for _ in range(3))
-        with torch.no_grad():
-            got = fn(q.clone(), k.clone(), v.clone(), h)
+        case = f"case B={B}, N={N}, D={D}, num_heads={h}"
+        got = call_safely(fn, (q.clone(), k.clone(), v.clone(), h), case)
         if not isinstance(got, Tensor):
             raise AssertionError(f"fn must return a tensor, got {type(got).__name__}")
         if got.shape != (B, N, D):
@@ -63,6 +64,9 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
             (_multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
              f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
              f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d"),
+            (_multi_head(q, k, v, h, scale=math.sqrt(d)),
+             f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
+             f"is 1/√d, softmax(Q Kᵀ / √d) V"),
             (_multi_head(q, k, v, h, scale=1.0),
              f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
              f"softmax saturates as d grows"),
@@ -72,10 +76,10 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
         ]
         for wrong, explanation in mistakes:
             if close(got, wrong):
-                raise AssertionError(f"case B={B}, N={N}, D={D}, num_heads={h}: {explanation}.")
+                raise AssertionError(f"{case}: {explanation}.")
         diff = (got - want).abs().max().item()
         raise AssertionError(
-            f"case B={B}, N={N}, D={D}, num_heads={h}: output differs from softmax(Q Kᵀ / √d) V "
+            f"{case}: output differs from softmax(Q Kᵀ / √d) V "
             f"by up to {diff:.3g}; check the head split 'b n (h d) -> b h n d' and the merge"
         )
     passed("check_attention", f"matches the reference on {len(cases)} cases (1 to 8 heads).")

@@ -10,13 +10,14 @@ from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.axial import along_axis
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import checker, close, passed
 
 __all__ = ["check_axial_attention", "check_axial_scores"]
 
 Attend = Callable[[Tensor], Tensor]
 
 
+@checker
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     """Grade a learner's ``fn(x, attend, axis) -> out`` on grids ``x`` of shape ``(B, Gh, Gw, D)``.
 
@@ -76,6 +77,7 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
 
 
+@checker
 def check_axial_scores(fn: Callable[[int, int], int]) -> None:
     """Grade ``fn(gh, gw) -> int``: the attention scores one axial layer computes.
 

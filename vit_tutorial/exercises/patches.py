@@ -8,7 +8,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 from vit_tutorial.patches import image_to_patches, pair
 
 __all__ = ["check_image_to_patches", "check_patch_embedding"]
@@ -30,6 +30,7 @@ _WRONG_PATCH_ORDERS = [
 ]
 
 
+@checker
 def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]) -> None:
     """Grade a learner's ``fn(images, patch_size) -> patches``.
 
@@ -78,6 +79,7 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
            f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).")
 
 
+@checker
 def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
     """Grade ``fn(conv) -> W``: the conv's weight as the matrix of an equivalent Linear.
 
@@ -94,19 +96,20 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
     """
     cases = [(3, 8, (4, 4), (8, 12)), (2, 6, (2, 4), (6, 8))]  # (C, D, P, image size)
     for C, D, patch_size, image_size in cases:
-        with torch.random.fork_rng():  # leave the learner's random state alone
-            torch.manual_seed(C)
-            conv = nn.Conv2d(C, D, patch_size, stride=patch_size)
-            images = torch.randn(2, C, *image_size)
+        torch.manual_seed(C)  # @checker restores the learner's random state afterwards
+        conv = nn.Conv2d(C, D, patch_size, stride=patch_size)
+        images = torch.randn(2, C, *image_size)
+        W = call_safely(fn, (conv,), f"Conv2d({C}, {D}, kernel_size={patch_size})")
         with torch.no_grad():
-            W = fn(conv)
             want = rearrange(conv(images), "b d gh gw -> b (gh gw) d")
         width = patch_size[0] * patch_size[1] * C
         if not isinstance(W, Tensor) or W.shape != (D, width):
             got_shape = tuple(W.shape) if isinstance(W, Tensor) else type(W).__name__
             raise AssertionError(f"for Conv2d({C}, {D}, kernel_size={patch_size}) W must have "
                                  f"shape {(D, width)} (D, P_h·P_w·C), got {got_shape}")
-        got = image_to_patches(images, patch_size) @ W.detach().T + conv.bias.detach()
+        # In float64, so that a W of any floating dtype is judged by its values.
+        patches = image_to_patches(images, patch_size).double()  # (B, N, P_h·P_w·C)
+        got = patches @ W.detach().double().T + conv.bias.detach().double()  # (B, N, D)
         if close(got, want, atol=1e-5):
             continue
         if close(W.detach(), conv.weight.detach().flatten(1)):

@@ -8,20 +8,13 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 from vit_tutorial.positional import sinusoidal_1d, sinusoidal_2d
 
 __all__ = ["check_relative_position_index", "check_sinusoidal_2d"]
 
 
-def _call(fn: Callable, args: tuple, what: str):
-    try:
-        with torch.no_grad():
-            return fn(*args)
-    except Exception as error:  # reported to the learner
-        raise AssertionError(f"fn crashed on {what}: {type(error).__name__}: {error}") from error
-
-
+@checker
 def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     """Grade a learner's ``fn(grid_size, dim) -> table`` against :func:`sinusoidal_2d`.
 
@@ -40,7 +33,7 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     """
     for gh, gw, dim in [(14, 14, 768), (3, 5, 16), (4, 2, 8)]:
         what = f"grid_size=({gh}, {gw}), dim={dim}"
-        got = _call(fn, ((gh, gw), dim), what)
+        got = call_safely(fn, ((gh, gw), dim), what)
         N = gh * gw
         if not isinstance(got, Tensor) or tuple(got.shape) != (N, dim):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
@@ -67,6 +60,11 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
         if close(got, torch.cat([want[:, half:], want[:, :half]], 1)):
             raise AssertionError(f"{what}: the column is in the first half and the row in the "
                                  f"second; a valid code, but the package puts the row first")
+        pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
+        if close(got, rearrange(pairs.flip(-1), "n k two -> n (k two)")):
+            raise AssertionError(f"{what}: sin and cos are swapped: each pair of channels is "
+                                 f"(sin, cos) of one angle, sin on even channels and cos on odd "
+                                 f"ones, as in sinusoidal_1d")
         blocks = rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2)
         if close(got, blocks):
             raise AssertionError(f"{what}: all sines of an axis come before its cosines (MAE's "
@@ -78,6 +76,7 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     passed("check_sinusoidal_2d", "3 grids (14×14 with D=768, and non-square), both axes encoded.")
 
 
+@checker
 def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> None:
     """Grade ``fn(grid_size) -> index``, the lookup of a relative position bias table.
 
@@ -96,7 +95,7 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
     """
     for gh, gw in [(3, 3), (2, 4), (5, 3)]:
         what = f"grid_size=({gh}, {gw})"
-        index = _call(fn, ((gh, gw),), what)
+        index = call_safely(fn, ((gh, gw),), what)
         N, size = gh * gw, (2 * gh - 1) * (2 * gw - 1)
         if not isinstance(index, Tensor) or tuple(index.shape) != (N, N):
             shape = tuple(index.shape) if isinstance(index, Tensor) else type(index).__name__

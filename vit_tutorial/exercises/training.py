@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import passed
+from vit_tutorial.exercises._common import call_safely, checker, passed
 from vit_tutorial.training import param_groups, warmup_cosine
 from vit_tutorial.vit import VisionTransformer
 
@@ -22,6 +23,7 @@ def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
     return lr * (1 + math.cos(math.pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2
 
 
+@checker
 def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
     """Grade a learner's ``fn(step, lr, warmup_steps, total_steps) -> float``.
 
@@ -44,13 +46,18 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
             want = optimizer.param_groups[0]["lr"]
             optimizer.step()
             scheduler.step()
-            got = fn(t, lr, w, T)
+            where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={T}"
+            got = call_safely(fn, (t, lr, w, T), where)
             if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
                 continue
-            where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={T}: got {got:.6g}, want {want:.6g}"
+            where += f": got {got:.6g}, want {want:.6g}"
             if t < w and math.isclose(got, lr * t / w, rel_tol=1e-6):
                 hint = ("your warm-up starts at 0, so the first step does not learn at all; "
                         "step t uses lr·(t + 1)/(w + 1), reaching lr at step w")
+            elif t < w and math.isclose(got, lr * (t + 1) / w, rel_tol=1e-6):
+                hint = (f"your warm-up reaches lr one step early, at step w - 1 = {w - 1}, and "
+                        f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
+                        f"lr·(t + 1)/(w + 1), reaching lr at step w, where the cosine starts")
             elif t < w and math.isclose(got, _lr_at(t, lr, 0, T), rel_tol=1e-6):
                 hint = "there is no warm-up: the rate must rise linearly during the first w steps"
             elif t >= w and math.isclose(got, lr * (1 + math.cos(math.pi * t / T)) / 2,
@@ -67,16 +74,40 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
                                 "of 3 schedules.")
 
 
+def _as_groups(groups: Any) -> list[dict]:
+    """The groups as ``torch.optim`` reads them: any iterable of dicts, each with ``params``
+    a tensor or an ordered iterable of tensors (a generator is fine, a set is not)."""
+    if isinstance(groups, (Tensor, dict, str)) or not isinstance(groups, Iterable):
+        raise AssertionError(f"return a list of dicts, got {type(groups).__name__}: one dict per "
+                             "group, each with 'params' and 'weight_decay'")
+    groups = list(groups)
+    if not all(isinstance(g, dict) and "params" in g for g in groups):
+        raise AssertionError("return a list of dicts, each with 'params' (a list of "
+                             "parameters) and 'weight_decay'")
+    normalised = []
+    for g in groups:
+        params = g["params"]
+        if isinstance(params, set):
+            raise AssertionError("a group's 'params' is a set, which torch.optim refuses: a set's "
+                                 "order changes from run to run, and the optimiser's state with "
+                                 "it; use a list")
+        normalised.append({**g, "params": [params] if isinstance(params, Tensor) else list(params)})
+    return normalised
+
+
 def _names(model: nn.Module, groups: list[dict]) -> set[str]:
     """Names of the parameters that ``groups`` decay."""
     names = {id(p): n for n, p in model.named_parameters()}
     return {names[id(p)] for g in groups if g.get("weight_decay", 0) > 0 for p in g["params"]}
 
 
-def check_param_groups(fn: Callable[[nn.Module, float], list[dict]]) -> None:
+@checker
+def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None:
     """Grade a learner's ``fn(model, weight_decay) -> list of AdamW parameter groups``.
 
-    Every parameter must appear in exactly one group. The weight matrices (and convolution
+    Any groups that ``torch.optim`` accepts will do (a list or a generator of dicts,
+    ``params`` a list, a tuple or a generator). Every parameter must appear in exactly one
+    group. The weight matrices (and convolution
     kernels) get ``weight_decay``; biases, normalisation weights and the names in
     ``model.no_weight_decay()`` (class token, position embeddings) get ``weight_decay=0``.
 
@@ -93,11 +124,7 @@ def check_param_groups(fn: Callable[[nn.Module, float], list[dict]]) -> None:
                                 dim=16, depth=1, num_heads=2, stem="conv", pool="mean",
                                 pos_embed="relative")]
     for model in models:
-        groups = fn(model, 0.05)
-        if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g
-                                                   for g in groups):
-            raise AssertionError("return a list of dicts, each with 'params' (a list of "
-                                 "parameters) and 'weight_decay'")
+        groups = _as_groups(call_safely(fn, (model, 0.05), "a ViT"))
         if not all("weight_decay" in g for g in groups):
             raise AssertionError("give every group its 'weight_decay': a group without one takes "
                                  "the optimiser's default (0.01 for AdamW), not 0")

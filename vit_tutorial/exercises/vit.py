@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from vit_tutorial.exercises._common import close, passed
+from vit_tutorial.exercises._common import checker, close, passed
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
 __all__ = ["check_param_count", "check_predict"]
@@ -19,14 +19,20 @@ def _count(config: ViTConfig) -> int:
 
 
 def _mistakes(c: ViTConfig) -> dict[int, str]:
-    """What a formula is off by (got - right) for each usual mistake, with its explanation."""
+    """What a formula is off by (got - right) for each usual mistake, with its explanation.
+
+    Several parts hold exactly D or 2·D numbers, so a count that is off by one of them
+    cannot tell which part is missing: the explanation lists every candidate.
+    """
     D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
     N = (c.image_size // c.patch_size) ** 2 + 1
     return {
-        -D: "off by D: the class token is one learned D-vector, and it also gets a row of "
-            "the position table (N + 1 rows for N patches); one of the two is missing",
-        -2 * D: "the class token is missing twice: its own D-vector and its row of the "
-                "position table (the table has N + 1 = Gh·Gw + 1 rows)",
+        -D: f"off by D = {D}, one D-vector: the bias of the patch embedding (one per output "
+            f"channel of the conv), the class token, or its row of the position table "
+            f"(N + 1 rows for N patches); one of the three is missing",
+        -2 * D: f"off by 2·D = {2 * D}: the final LayerNorm (after the last block, a scale γ "
+                f"and a shift β of D numbers each) is missing, or two D-vectors among the "
+                f"patch embedding's bias, the class token and its position row",
         -N * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
         -(L * 4 * D + 2 * D): "the LayerNorms are missing: two per block and one at the end, "
                               "each with a scale γ and a shift β of D numbers",
@@ -38,6 +44,7 @@ def _mistakes(c: ViTConfig) -> dict[int, str]:
     }
 
 
+@checker
 def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
     """Grade a learner's ``fn(config) -> int``, the number of parameters of a ViT by formula.
 
@@ -81,11 +88,13 @@ def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor
         return model(images).softmax(dim=-1).topk(k, dim=-1)
 
 
+@checker
 def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, Tensor]]) -> None:
     """Grade a learner's ``fn(model, images, k) -> (probabilities, classes)``, the top k.
 
     ``fn`` gets a model with dropout and drop path, left in training mode; it must switch
-    it to evaluation, run without building an autograd graph, turn the logits into
+    it to evaluation (and may switch it back afterwards, as
+    :func:`~vit_tutorial.training.predict` does), run without building an autograd graph, turn the logits into
     probabilities with a softmax over the classes, and return the k largest with their
     class indices, both of shape ``(B, k)``.
 
@@ -96,28 +105,31 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
         >>> check_predict(_reference)
         Correct! check_predict: eval mode, no autograd graph, softmax over the classes, top 3.
     """
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = VisionTransformer(image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
-                                  num_classes=10, dropout=0.3, drop_path=0.3)
-        torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
-        images = torch.randn(4, 3, 16, 16)
+    # @checker seeds the random state, and restores the learner's afterwards.
+    model = VisionTransformer(image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
+                              num_classes=10, dropout=0.3, drop_path=0.3)
+    torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
+    images = torch.randn(4, 3, 16, 16)
     k = 3
     want_p, want_i = _reference(model, images, k)
     with torch.no_grad():
         logits = model(images)  # eval mode, left by _reference
     model.train()
-    with torch.random.fork_rng():
-        torch.manual_seed(1)
+    modes: list[bool] = []  # model.training at each forward pass of the learner's fn
+    hook = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    torch.manual_seed(1)
+    try:
         got = fn(model, images.clone(), k)
+    finally:
+        hook.remove()
     if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
         raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
     got_p, got_i = got
     if got_p.shape != (4, k) or got_i.shape != (4, k):
         raise AssertionError(f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
                              f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1")
-    if model.training:
-        raise AssertionError("the model is still in training mode: call model.eval() first, or "
+    if any(modes):  # restoring the mode afterwards, as training.predict does, is fine
+        raise AssertionError("the model ran in training mode: call model.eval() first, or "
                              "dropout and drop path make the predictions random")
     if got_p.requires_grad:
         raise AssertionError("the result carries an autograd graph: run the model inside "

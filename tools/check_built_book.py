@@ -1,6 +1,6 @@
 """Check a built book (``make book``): every page present, MathJax served locally, no CDN.
 
-Run after ``jupyter-book build``: ``python tests/check_built_book.py _build/html``.
+Run after ``jupyter-book build``: ``python tools/check_built_book.py _build/html``.
 When Chromium is installed it also opens a chapter headless, with networking disabled,
 and checks that MathJax typeset its equations.
 """

@@ -1,7 +1,7 @@
 """The first cell of every chapter: on Colab it installs vit_tutorial, elsewhere it does nothing.
 
 The repository it installs from is read from ``_config.yml`` (the one place to change
-when publishing). ``python tests/colab_cell.py --write book/*.ipynb`` (``make colab-cells``)
+when publishing). ``python tools/colab_cell.py --write book/*.ipynb`` (``make colab-cells``)
 rewrites the cell; ``tests/test_book.py`` fails when a chapter's cell has drifted.
 """
 

@@ -1,0 +1,332 @@
+"""The exercise checkers: they accept every correct answer, explain each usual mistake,
+and leave no trace (random state, model mode) behind them."""
+
+import copy
+import math
+
+import pytest
+import torch
+from einops import rearrange
+
+import vit_tutorial.exercises as exercises
+from vit_tutorial.attention import scaled_dot_product_attention
+from vit_tutorial.axial import AxialAttention, attention_flops
+from vit_tutorial.encoder import drop_path
+from vit_tutorial.patches import image_to_patches
+from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
+from vit_tutorial.training import param_groups, predict, warmup_cosine
+from vit_tutorial.vit import VisionTransformer
+
+# ---------------------------------------------------------------------------------------
+# Correct answers, built from the package itself
+
+
+def multi_head(q, k, v, num_heads, scale=None):
+    """Attention over heads; ``scale`` None is the correct 1/√d."""
+    q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=num_heads) for t in (q, k, v))
+    if scale is None:
+        out, _ = scaled_dot_product_attention(q, k, v)
+    else:
+        out = (q @ k.transpose(-2, -1) * scale).softmax(-1) @ v
+    return rearrange(out, "b h n d -> b n (h d)")
+
+
+def conv_to_linear(conv):
+    return rearrange(conv.weight, "d c p1 p2 -> d (p1 p2 c)")
+
+
+def relative_index(grid_size):
+    return RelativePositionBias(grid_size, num_heads=1).index
+
+
+def param_count(config):
+    with torch.device("meta"):
+        return sum(p.numel() for p in VisionTransformer(config).parameters())
+
+
+def top_k(model, images, k):
+    """With the package's predict, which restores the model's mode when done."""
+    logits, _ = predict(
+        model, [(images, torch.zeros(len(images)))], device="cpu", amp=None
+    )
+    return logits.softmax(-1).topk(k, dim=-1)
+
+
+def lr_at(step, lr, warmup_steps, total_steps):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    scheduler = warmup_cosine(optimizer, warmup_steps, total_steps)
+    for _ in range(step):
+        optimizer.step()
+        scheduler.step()
+    return optimizer.param_groups[0]["lr"]
+
+
+def along(x, attend, axis):
+    """An AxialAttention with the weights of ``attend``, in the dtype of ``x``."""
+    axial = AxialAttention(attend.dim, attend.num_heads, axis).to(x.dtype)
+    axial.load_state_dict(attend.state_dict())
+    return axial.eval()(x)
+
+
+def axial_scores(gh, gw):
+    # attention_flops counts 4·N·(Gh + Gw)·D for the scores and A·V, plus 16·N·D².
+    return (attention_flops((gh, gw), 1, "axial") - 16 * gh * gw) // 4
+
+
+REFERENCES = {
+    "check_attention": multi_head,
+    "check_image_to_patches": image_to_patches,
+    "check_patch_embedding": conv_to_linear,
+    "check_sinusoidal_2d": sinusoidal_2d,
+    "check_relative_position_index": relative_index,
+    "check_drop_path": drop_path,
+    "check_block_forward": lambda block, x: block(x),
+    "check_param_count": param_count,
+    "check_predict": top_k,
+    "check_lr_schedule": lr_at,
+    "check_param_groups": param_groups,
+    "check_axial_attention": along,
+    "check_axial_scores": axial_scores,
+}
+CHECKERS = sorted(exercises.__all__)
+
+
+def flat(message: str) -> str:
+    """The message with its line breaks undone, for matching phrases."""
+    return " ".join(message.split())
+
+
+def test_every_checker_has_a_reference_answer():
+    assert sorted(REFERENCES) == CHECKERS
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_accepts_the_packages_own_implementation(name, capsys):
+    getattr(exercises, name)(REFERENCES[name])
+    assert capsys.readouterr().out.startswith(f"Correct! {name}")
+
+
+# ---------------------------------------------------------------------------------------
+# float64 answers
+
+
+def sincos_float64(grid_size, dim):
+    """The 2D table computed in float64 throughout (as MAE does, in NumPy)."""
+    gh, gw = grid_size
+    omega = 10000.0 ** (-torch.arange(0, dim // 2, 2, dtype=torch.float64) / (dim // 2))
+
+    def code(positions):
+        angles = positions.double()[:, None] * omega
+        return rearrange(
+            torch.stack([angles.sin(), angles.cos()], -1), "n k two -> n (k two)"
+        )
+
+    rows, cols = torch.arange(gh).repeat_interleave(gw), torch.arange(gw).repeat(gh)
+    return torch.cat([code(rows), code(cols)], 1)
+
+
+FLOAT64 = {
+    "check_attention": lambda q, k, v, h: multi_head(
+        q.double(), k.double(), v.double(), h
+    ),
+    "check_image_to_patches": lambda images, p: image_to_patches(images.double(), p),
+    "check_patch_embedding": lambda conv: conv_to_linear(conv).double(),
+    "check_sinusoidal_2d": sincos_float64,
+    "check_drop_path": lambda x, p, training: drop_path(x.double(), p, training),
+    "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
+    "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
+    "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64))
+def test_accepts_a_correct_answer_computed_in_float64(name, capsys):
+    getattr(exercises, name)(FLOAT64[name])
+    assert capsys.readouterr().out.startswith(f"Correct! {name}")
+
+
+# ---------------------------------------------------------------------------------------
+# Other correct answers that used to be rejected
+
+
+def test_check_predict_accepts_an_answer_that_restores_training_mode():
+    def restoring(model, images, k):
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            out = model(images).softmax(-1).topk(k, dim=-1)
+        model.train(was_training)
+        return out
+
+    exercises.check_predict(restoring)
+
+
+def test_check_predict_still_rejects_a_model_left_in_training_mode():
+    def in_training(model, images, k):
+        with torch.no_grad():
+            return model(images).softmax(-1).topk(k, dim=-1)
+
+    with pytest.raises(AssertionError, match="training mode"):
+        exercises.check_predict(in_training)
+
+
+@pytest.mark.parametrize(
+    "shape", ["generator params", "generator of groups", "tuple params"]
+)
+def test_check_param_groups_accepts_what_torch_optim_accepts(shape):
+    def groups(model, weight_decay):
+        made = param_groups(model, weight_decay)
+        if shape == "generator params":
+            return [{**g, "params": (p for p in g["params"])} for g in made]
+        if shape == "tuple params":
+            return [{**g, "params": tuple(g["params"])} for g in made]
+        return (g for g in made)
+
+    exercises.check_param_groups(groups)
+
+
+# ---------------------------------------------------------------------------------------
+# Mistakes that must be named
+
+
+def attention_times_sqrt_d(q, k, v, h):
+    return multi_head(q, k, v, h, scale=math.sqrt(q.shape[-1] // h))
+
+
+def sin_cos_swapped(grid_size, dim):
+    table = rearrange(sinusoidal_2d(grid_size, dim), "n (k two) -> n k two", two=2)
+    return rearrange(table.flip(-1), "n k two -> n (k two)")  # cos on even, sin on odd
+
+
+def one_coin_per_batch(x, p, training):
+    if not training or p == 0:
+        return x
+    return x * (torch.rand(()) >= p) / (1 - p)
+
+
+def no_attention_residual(block, x):
+    x = block.attn(block.norm1(x))
+    return x + block.mlp(block.norm2(x))
+
+
+def no_mlp_residual(block, x):
+    x = x + block.attn(block.norm1(x))
+    return block.mlp(block.norm2(x))
+
+
+def warmup_one_step_early(step, lr, warmup_steps, total_steps):
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    return lr_at(step, lr, warmup_steps, total_steps)
+
+
+def count_without(term):
+    def count(c):
+        return param_count(c) - {"final LayerNorm": 2 * c.dim, "bias": c.dim}[term]
+
+    return count
+
+
+def post_norm(block, x):
+    x = block.norm1(x + block.attn(x))
+    return block.norm2(x + block.mlp(x))
+
+
+MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
+    ("check_attention", attention_times_sqrt_d, "multiplied"),
+    ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
+    ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
+    ("check_block_forward", no_attention_residual, "attention branch has no residual"),
+    ("check_block_forward", no_mlp_residual, "MLP branch has no residual"),
+    ("check_lr_schedule", warmup_one_step_early, "one step early"),
+    ("check_param_count", count_without("final LayerNorm"), "final LayerNorm"),
+    ("check_param_count", count_without("bias"), "bias of the patch embedding"),
+    # Mistakes the chapters demonstrate, kept here for the line-width test below.
+    ("check_block_forward", post_norm, "post-norm"),
+    (
+        "check_drop_path",
+        lambda x, p, training: torch.nn.functional.dropout(x, p, training),
+        "that is dropout",
+    ),
+    (
+        "check_image_to_patches",
+        lambda images, p: rearrange(
+            images,
+            "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
+            p1=p if isinstance(p, int) else p[0],
+            p2=p if isinstance(p, int) else p[1],
+        ),
+        "(c p1 p2)",
+    ),
+    ("check_patch_embedding", lambda conv: conv.weight.flatten(1), "(c p1 p2) order"),
+    (
+        "check_axial_attention",
+        lambda x, attend, axis: attend(x.reshape(-1, x.shape[1], x.shape[3])).reshape(
+            x.shape
+        ),
+        "does not gather columns",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES]
+)
+def test_names_the_mistake(name, wrong, phrase):
+    with pytest.raises(AssertionError) as error:
+        getattr(exercises, name)(wrong)
+    assert phrase in flat(str(error.value)), str(error.value)
+
+
+def test_param_count_does_not_blame_the_class_token_for_the_final_layernorm():
+    with pytest.raises(AssertionError) as error:
+        exercises.check_param_count(count_without("final LayerNorm"))
+    assert "class token is missing twice" not in flat(str(error.value))
+
+
+# ---------------------------------------------------------------------------------------
+# No trace
+
+
+def consumes_randomness(*args):
+    torch.rand(
+        100
+    )  # a learner's answer that draws from the global generator, then fails
+    return None
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+@pytest.mark.parametrize("answer", ["reference", "wrong"])
+def test_leaves_the_global_random_state_unchanged(name, answer):
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    fn = REFERENCES[name] if answer == "reference" else consumes_randomness
+    try:
+        getattr(exercises, name)(fn)
+    except Exception:
+        assert answer == "wrong"
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+# ---------------------------------------------------------------------------------------
+# Messages read well in the book
+
+
+WIDTH = 80  # the chapters print "AssertionError: " + message; the book shows about 88
+
+
+@pytest.mark.parametrize(
+    "name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES]
+)
+def test_failure_messages_fit_the_page(name, wrong, phrase):
+    with pytest.raises(AssertionError) as error:
+        getattr(exercises, name)(wrong)
+    printed = f"AssertionError: {error.value}"
+    assert max(len(line) for line in printed.splitlines()) <= WIDTH, printed
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_confirmations_fit_the_page(name, capsys):
+    getattr(exercises, name)(REFERENCES[name])
+    printed = capsys.readouterr().out
+    assert max(len(line) for line in printed.splitlines()) <= WIDTH, printed
