@@ -319,7 +319,7 @@ def attention_flops(grid_size: int | tuple[int, int], dim: int, kind: str) -> in
         (4.43, 0.4)
     """
     gh, gw = pair(grid_size, "grid_size")
-    check_int("dim", dim)
+    check_int("dim", dim), check_int("grid_size", min(gh, gw))
     n = gh * gw
     if kind == "full":
         return 8 * n * dim**2 + 4 * n * n * dim

@@ -174,6 +174,7 @@ class EncoderBlock(nn.Module):
         norm_first: bool = True,
     ) -> None:
         super().__init__()
+        check_int("dim", dim), check_int("num_heads", num_heads)
         check_real("mlp_ratio", mlp_ratio, 0.0, low_open=True)
         check_real("norm_eps", norm_eps, 0.0, low_open=True)
         self.norm_first = norm_first
