@@ -17,8 +17,10 @@ from vit_tutorial.axial import (
     attention_flops,
     axial_mask,
 )
+from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import DataSplits, cifar10_datasets, digits_datasets, make_loader
 from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
+from vit_tutorial.engine import evaluate, fit, param_groups, predict, warmup_cosine
 from vit_tutorial.interop import (
     TIMM_KEYS,
     TORCHVISION_KEYS,
@@ -38,16 +40,6 @@ from vit_tutorial.positional import (
     resize_pos_embed,
     sinusoidal_1d,
     sinusoidal_2d,
-)
-from vit_tutorial.training import (
-    evaluate,
-    fit,
-    load_checkpoint,
-    param_groups,
-    predict,
-    resolve_device,
-    save_checkpoint,
-    warmup_cosine,
 )
 from vit_tutorial.vit import PRESETS, ConvStem, VisionTransformer, ViTConfig, create_vit
 
@@ -105,13 +97,13 @@ __all__ = [
     "cifar10_datasets",
     "digits_datasets",
     "make_loader",
-    # training
+    # engine (the training loop; resolve_device stays in vit_tutorial.engine)
     "evaluate",
     "fit",
-    "load_checkpoint",
     "param_groups",
     "predict",
-    "resolve_device",
-    "save_checkpoint",
     "warmup_cosine",
+    # checkpoint (unwrap_model stays in vit_tutorial.checkpoint)
+    "load_checkpoint",
+    "save_checkpoint",
 ]

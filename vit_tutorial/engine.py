@@ -1,4 +1,4 @@
-"""A reusable training loop (chapter 6): AdamW, warm-up + cosine, mixed precision, checkpoints.
+"""The training engine (chapter 6): AdamW, warm-up + cosine, mixed precision, checkpoints.
 
 :func:`fit` trains any classifier ``model(images) -> logits``. It is the recipe of the ViT
 paper and DeiT, reduced to its parts:
@@ -17,11 +17,9 @@ paper and DeiT, reduced to its parts:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,12 +32,9 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, S
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-__all__ = ["param_groups", "warmup_cosine", "resolve_device", "predict", "evaluate",
-           "save_checkpoint", "load_checkpoint", "fit"]
+from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+__all__ = ["param_groups", "warmup_cosine", "resolve_device", "predict", "evaluate", "fit"]
 
 
 def _rank() -> int:
@@ -58,7 +53,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
         >>> len(decay["params"]), decay["weight_decay"], len(no_decay["params"])
         (1, 0.05, 3)
     """
-    model = _unwrap(model)
+    model = unwrap_model(model)
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -149,74 +144,6 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = 
     logits, labels = predict(model, loader, device, amp)
     return {"loss": F.cross_entropy(logits, labels).item(),
             "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
-
-
-def _model_config(model: nn.Module) -> dict[str, Any] | None:
-    config = getattr(_unwrap(model), "config", None)
-    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
-
-
-def save_checkpoint(path: str | Path, model: nn.Module, optimizer=None, scheduler=None,
-                    scaler=None, epoch: int = 0, history: dict | None = None,
-                    extra: dict | None = None) -> None:
-    """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
-
-    It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
-    dataclass config, the optimiser/scheduler/grad-scaler states, the epoch, the history,
-    ``extra`` (plain values) and the torch RNG states (CPU and CUDA), only tensors and
-    plain containers, so that it loads with ``weights_only=True``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "model": _unwrap(model).state_dict(),
-        "config": _model_config(model),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "epoch": epoch,
-        "history": history or {},
-        "extra": extra or {},
-        "rng": {"cpu": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path: str | Path, model: nn.Module, optimizer=None, scheduler=None,
-                    scaler=None, restore_rng: bool = True) -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others).
-
-    Raises:
-        ValueError: the checkpoint was saved from a model with a different config; the
-            message lists each differing field.
-
-    Returns:
-        The checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
-    """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    saved, current = state["config"], _model_config(model)
-    if saved is not None and current is not None and saved != current:
-        diffs = [f"{k}: checkpoint {saved.get(k)!r} vs model {current.get(k)!r}"
-                 for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
-        raise ValueError(f"checkpoint {path} was saved from a different model config: "
-                         + "; ".join(diffs))
-    _unwrap(model).load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    if restore_rng:
-        torch.set_rng_state(state["rng"]["cpu"])
-        if torch.cuda.is_available() and state["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return state
 
 
 def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | None, *,

@@ -1,7 +1,6 @@
-"""Tests for vit_tutorial/training.py and its exercise checkers: groups, schedule, fit, checkpoints."""
+"""Tests for vit_tutorial/engine.py and its exercise checkers: groups, schedule, fit, resuming."""
 
 import math
-import os
 
 import pytest
 import torch
@@ -10,20 +9,18 @@ from timm.optim import param_groups_weight_decay
 from torch import nn
 from torch.utils.data import TensorDataset
 
-import vit_tutorial.training as training
+import vit_tutorial.engine as engine
 from vit_tutorial.data import make_loader
-from vit_tutorial.exercises import check_lr_schedule, check_param_groups
-from vit_tutorial.exercises.training import _lr_at
-from vit_tutorial.training import (
+from vit_tutorial.engine import (
     evaluate,
     fit,
-    load_checkpoint,
     param_groups,
     predict,
     resolve_device,
-    save_checkpoint,
     warmup_cosine,
 )
+from vit_tutorial.exercises import check_lr_schedule, check_param_groups
+from vit_tutorial.exercises.training import _lr_at
 from vit_tutorial.vit import VisionTransformer
 
 
@@ -107,13 +104,13 @@ def test_resolve_device_and_amp_choices():
     if not torch.cuda.is_available():
         assert resolve_device() == torch.device("cpu")
     cpu = torch.device("cpu")
-    assert training._amp_dtype("auto", cpu) is None  # nothing on the CPU
-    assert training._amp_dtype("bf16", cpu) is torch.bfloat16
-    assert training._amp_dtype(None, cpu) is None
+    assert engine._amp_dtype("auto", cpu) is None  # nothing on the CPU
+    assert engine._amp_dtype("bf16", cpu) is torch.bfloat16
+    assert engine._amp_dtype(None, cpu) is None
     with pytest.raises(ValueError, match="amp='fp16' needs a CUDA device, got device cpu"):
-        training._amp_dtype("fp16", cpu)
+        engine._amp_dtype("fp16", cpu)
     with pytest.raises(ValueError, match="amp must be .* got 'fp8'"):
-        training._amp_dtype("fp8", cpu)
+        engine._amp_dtype("fp8", cpu)
 
 
 # --- evaluate and fit ----------------------------------------------------------------------
@@ -198,58 +195,7 @@ def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(caps
     assert [line.split()[1] for line in out] == ["1/2", "2/2"]
 
 
-# --- checkpoints and resuming -------------------------------------------------------------
-
-
-def test_checkpoint_round_trip_with_weights_only(tmp_path):
-    model = tiny_vit()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    model(torch.randn(2, 1, 4, 4)).sum().backward()
-    optimizer.step()
-    path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, model, optimizer, epoch=3, history={"val_acc": [0.5]})
-    raw = torch.load(path, weights_only=True)  # only tensors and plain containers inside
-    assert raw["config"]["dim"] == 16 and raw["epoch"] == 3
-    other = tiny_vit()
-    other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
-    torch.manual_seed(123)
-    state = load_checkpoint(path, other, other_optimizer)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 other.state_dict().values(), strict=True))
-    assert other_optimizer.state_dict()["state"][0]["step"] == 1
-    assert state["history"] == {"val_acc": [0.5]}
-
-
-def test_checkpoint_restores_the_rng(tmp_path):
-    torch.manual_seed(7)
-    save_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
-    expected = torch.rand(3)
-    torch.rand(100)
-    load_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_checkpoint_config_mismatch_names_the_fields(tmp_path):
-    save_checkpoint(tmp_path / "c.pt", tiny_vit())
-    with pytest.raises(ValueError, match=r"different model config: dim: checkpoint 16 vs model 32;"
-                                         r" num_heads: checkpoint 2 vs model 4"):
-        load_checkpoint(tmp_path / "c.pt", tiny_vit(dim=32, num_heads=4))
-
-
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "c.pt"
-    save_checkpoint(path, nn.Linear(2, 2), epoch=1)
-
-    def crash(obj, f):
-        f.write(b"half a checkpoint")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(training.torch, "save", crash)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(path, nn.Linear(2, 2), epoch=2)
-    monkeypatch.undo()
-    assert torch.load(path, weights_only=True)["epoch"] == 1  # the old file is intact
-    assert os.listdir(tmp_path) == ["c.pt"]  # and no temporary file is left
+# --- resuming from a checkpoint -------------------------------------------------------------
 
 
 class Crash:
