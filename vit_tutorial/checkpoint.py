@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 __all__ = ["unwrap_model", "save_checkpoint", "load_checkpoint"]
 
@@ -31,9 +32,12 @@ def _model_config(model: nn.Module) -> dict[str, Any] | None:
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
 
 
-def save_checkpoint(path: str | Path, model: nn.Module, optimizer=None, scheduler=None,
-                    scaler=None, epoch: int = 0, history: dict | None = None,
-                    extra: dict | None = None) -> None:
+def save_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: LRScheduler | None = None,
+                    scaler: torch.amp.GradScaler | None = None, epoch: int = 0,
+                    history: dict[str, list] | None = None,
+                    extra: dict[str, Any] | None = None) -> None:
     """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
 
     It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
@@ -65,8 +69,11 @@ def save_checkpoint(path: str | Path, model: nn.Module, optimizer=None, schedule
         raise
 
 
-def load_checkpoint(path: str | Path, model: nn.Module, optimizer=None, scheduler=None,
-                    scaler=None, restore_rng: bool = True) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: LRScheduler | None = None,
+                    scaler: torch.amp.GradScaler | None = None,
+                    restore_rng: bool = True) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others).
 
     Raises:

@@ -17,6 +17,7 @@ paper and DeiT, reduced to its parts:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -146,6 +147,44 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = 
             "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
 
 
+_HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The hyperparameters of a :func:`fit` run: validated once, saved in its checkpoints."""
+
+    epochs: int
+    lr: float
+    weight_decay: float
+    warmup_epochs: float
+    label_smoothing: float
+    grad_clip: float | None
+    steps_per_epoch: int
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.lr <= 0:
+            raise ValueError(f"need epochs >= 1 and lr > 0, got epochs={self.epochs} and "
+                             f"lr={self.lr}")
+        if self.steps_per_epoch == 0:
+            raise ValueError("train_loader yields no batches (an empty dataset, or "
+                             "drop_last=True with fewer samples than batch_size)")
+
+
+@dataclasses.dataclass
+class _Run:
+    """What one optimisation step needs, built once by :func:`fit`."""
+
+    model: nn.Module  # the model itself: its parameters are clipped and checkpointed
+    net: nn.Module  # what is called: the model, or its DistributedDataParallel wrapper
+    optimizer: torch.optim.Optimizer
+    scheduler: LRScheduler
+    scaler: torch.amp.GradScaler
+    device: torch.device
+    dtype: torch.dtype | None  # autocast dtype, or None for float32
+    settings: _Settings
+
+
 def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | None, *,
         epochs: int, lr: float, weight_decay: float = 0.05, warmup_epochs: float = 0,
         label_smoothing: float = 0.0, grad_clip: float | None = None,
@@ -178,82 +217,127 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | Non
         value per epoch; ``lr`` is the rate of the epoch's last step, ``time`` the seconds
         spent training in that epoch (evaluation excluded).
     """
-    if epochs < 1 or lr <= 0:
-        raise ValueError(f"need epochs >= 1 and lr > 0, got epochs={epochs} and lr={lr}")
-    if len(train_loader) == 0:
-        raise ValueError("train_loader yields no batches (an empty dataset, or drop_last=True "
-                         "with fewer samples than batch_size)")
+    settings = _Settings(epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip,
+                         steps_per_epoch=len(train_loader))
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
-    steps = len(train_loader)
-    scheduler = warmup_cosine(optimizer, min(round(warmup_epochs * steps), epochs * steps - 1),
-                              epochs * steps)
+    optimizer, scheduler = _optimizer_and_schedule(model, settings)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    settings = {"epochs": epochs, "lr": lr, "weight_decay": weight_decay,
-                "warmup_epochs": warmup_epochs, "label_smoothing": label_smoothing,
-                "grad_clip": grad_clip, "steps_per_epoch": steps}
-    history: dict[str, list] = {k: [] for k in
-                                ("epoch", "train_loss", "train_acc", "val_loss", "val_acc",
-                                 "lr", "time")}
-    start = 0
-    if checkpoint_path is not None and Path(checkpoint_path).exists():
-        state = load_checkpoint(checkpoint_path, model, optimizer, scheduler, scaler)
-        diffs = [k for k in settings if state["extra"].get(k) != settings[k]]
-        if diffs:
-            raise ValueError(f"cannot resume {checkpoint_path}: it was trained with " + ", ".join(
-                f"{k}={state['extra'].get(k)!r}" for k in diffs) + ", not " + ", ".join(
-                f"{k}={settings[k]!r}" for k in diffs))
-        start, history = state["epoch"], state["history"]
-    net = model
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    verbose = progress and _rank() == 0
-    interactive = sys.stderr.isatty()
-    bar = tqdm(total=epochs, initial=start, desc="epochs", disable=not (verbose and interactive))
-    for epoch in range(start, epochs):
-        if hasattr(train_loader.sampler, "set_epoch"):
-            train_loader.sampler.set_epoch(epoch)
-        net.train()
-        tic = time.perf_counter()
-        sums = torch.zeros(3, device=device)  # loss sum, correct, count
-        for x, y in train_loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                logits = net(x)
-                loss = F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if grad_clip is not None:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            last_lr = optimizer.param_groups[0]["lr"]  # the rate this step used
-            scheduler.step()
-            sums += torch.stack([loss.detach() * len(y), (logits.argmax(-1) == y).sum(),
-                                 torch.tensor(len(y), device=device)]).float()
-        if net is not model:
-            dist.all_reduce(sums)  # every rank records the same, global, numbers
-        seconds = time.perf_counter() - tic
-        val = evaluate(model, val_loader, device, amp) if val_loader is not None else {}
-        for key, value in (("epoch", epoch + 1), ("train_loss", (sums[0] / sums[2]).item()),
-                           ("train_acc", (sums[1] / sums[2]).item()),
-                           ("val_loss", val.get("loss", math.nan)),
-                           ("val_acc", val.get("accuracy", math.nan)),
-                           ("lr", last_lr), ("time", seconds)):
-            history[key].append(value)
-        if checkpoint_path is not None and _rank() == 0:
-            save_checkpoint(checkpoint_path, model, optimizer, scheduler, scaler,
-                            epoch + 1, history, settings)
-        line = (f"epoch {epoch + 1}/{epochs} loss {history['train_loss'][-1]:.4f} "
-                f"train_acc {history['train_acc'][-1]:.4f} val_acc {history['val_acc'][-1]:.4f}")
-        bar.set_postfix_str(line.split(" ", 2)[2])
-        bar.update()
-        if verbose and not interactive and ((epoch + 1) % max(1, epochs // 10) == 0
-                                            or epoch + 1 == epochs):
-            print(line, flush=True)
-    bar.close()
+    start, history = _resume(checkpoint_path, model, optimizer, scheduler, scaler, settings)
+    run = _Run(model, _distributed(model, device), optimizer, scheduler, scaler, device, dtype,
+               settings)
+    with _progress_bar(epochs, start, progress) as bar:
+        for epoch in range(start, epochs):
+            train = _train_one_epoch(run, train_loader, epoch)
+            val = evaluate(model, val_loader, device, amp) if val_loader is not None else {}
+            _record(history, epoch + 1, train, val)
+            if checkpoint_path is not None and _rank() == 0:
+                save_checkpoint(checkpoint_path, model, optimizer, scheduler, scaler,
+                                epoch + 1, history, dataclasses.asdict(settings))
+            _log_epoch(bar, history, epochs, progress)
     return history
+
+
+def _optimizer_and_schedule(model: nn.Module, settings: _Settings
+                            ) -> tuple[torch.optim.Optimizer, LRScheduler]:
+    """AdamW over :func:`param_groups`, and its warm-up + cosine schedule, in steps."""
+    optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
+    total_steps = settings.epochs * settings.steps_per_epoch
+    warmup_steps = min(round(settings.warmup_epochs * settings.steps_per_epoch), total_steps - 1)
+    return optimizer, warmup_cosine(optimizer, warmup_steps, total_steps)
+
+
+def _resume(path: str | Path | None, model: nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler: LRScheduler, scaler: torch.amp.GradScaler,
+            settings: _Settings) -> tuple[int, dict[str, list]]:
+    """The epoch to start from and the history so far: the checkpoint's, when it exists.
+
+    Raises:
+        ValueError: the checkpoint was trained with other ``settings``.
+    """
+    if path is None or not Path(path).exists():
+        return 0, {key: [] for key in _HISTORY_KEYS}
+    state = load_checkpoint(path, model, optimizer, scheduler, scaler)
+    saved, wanted = state["extra"], dataclasses.asdict(settings)
+    diffs = [key for key in wanted if saved.get(key) != wanted[key]]
+    if diffs:
+        raise ValueError(f"cannot resume {path}: it was trained with "
+                         + ", ".join(f"{key}={saved.get(key)!r}" for key in diffs) + ", not "
+                         + ", ".join(f"{key}={wanted[key]!r}" for key in diffs))
+    return state["epoch"], state["history"]
+
+
+def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` wrapped in DistributedDataParallel under ``torchrun``, else ``model``."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    return model
+
+
+def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, float]:
+    """One pass over ``loader``: ``train_loss``, ``train_acc``, the last step's ``lr``, ``time``.
+
+    ``time`` is the seconds the pass took. Under DDP the sums are reduced over the
+    processes, so every rank returns the same, global, numbers.
+    """
+    if hasattr(loader.sampler, "set_epoch"):
+        loader.sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
+    tic = time.perf_counter()
+    run.net.train()
+    sums = torch.zeros(3, device=run.device)  # loss sum, correct, count
+    lr = math.nan
+    for x, y in loader:
+        x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
+        lr = run.optimizer.param_groups[0]["lr"]  # the rate this step uses
+        loss, logits = _train_step(run, x, y)
+        sums += torch.stack([loss.detach() * len(y), (logits.argmax(-1) == y).sum(),
+                             torch.tensor(len(y), device=run.device)]).float()
+    if run.net is not run.model:
+        dist.all_reduce(sums)
+    return {"train_loss": (sums[0] / sums[2]).item(), "train_acc": (sums[1] / sums[2]).item(),
+            "lr": lr, "time": time.perf_counter() - tic}
+
+
+def _train_step(run: _Run, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Forward, backward, (clip), optimiser and scheduler step; the ``(loss, logits)``."""
+    with torch.autocast(run.device.type, dtype=run.dtype, enabled=run.dtype is not None):
+        logits = run.net(x)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=run.settings.label_smoothing)
+    run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.scale(loss).backward()
+    if run.settings.grad_clip is not None:
+        run.scaler.unscale_(run.optimizer)  # clip the true gradients, not the scaled ones
+        nn.utils.clip_grad_norm_(run.model.parameters(), run.settings.grad_clip)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.scheduler.step()
+    return loss, logits
+
+
+def _record(history: dict[str, list], epoch: int, train: dict[str, float],
+            val: dict[str, float]) -> None:
+    """Append one epoch to ``history``; without validation, ``val_*`` are NaN."""
+    row = {"epoch": epoch, **train, "val_loss": val.get("loss", math.nan),
+           "val_acc": val.get("accuracy", math.nan)}
+    for key in _HISTORY_KEYS:
+        history[key].append(row[key])
+
+
+def _progress_bar(epochs: int, start: int, progress: bool) -> tqdm:
+    """A tqdm bar over the epochs, shown only on rank 0, when ``progress``, on a terminal."""
+    shown = progress and _rank() == 0 and sys.stderr.isatty()
+    return tqdm(total=epochs, initial=start, desc="epochs", disable=not shown)
+
+
+def _log_epoch(bar: tqdm, history: dict[str, list], epochs: int, progress: bool) -> None:
+    """Advance the bar; off a terminal, print a line every tenth of the run instead."""
+    epoch = history["epoch"][-1]
+    line = (f"epoch {epoch}/{epochs} loss {history['train_loss'][-1]:.4f} "
+            f"train_acc {history['train_acc'][-1]:.4f} val_acc {history['val_acc'][-1]:.4f}")
+    bar.set_postfix_str(line.split(" ", 2)[2])
+    bar.update()
+    printing = progress and _rank() == 0 and not sys.stderr.isatty()
+    if printing and (epoch % max(1, epochs // 10) == 0 or epoch == epochs):
+        print(line, flush=True)
