@@ -113,6 +113,12 @@ def test_resolve_device_and_amp_choices():
         engine._amp_dtype("fp8", cpu)
 
 
+@pytest.mark.parametrize("amp", [False, True, "none", "off", "fp32", 0])
+def test_amp_accepts_only_auto_bf16_fp16_or_none(amp):
+    with pytest.raises(ValueError, match=rf"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}"):
+        evaluate(tiny_vit(), loaders()[1], "cpu", amp=amp)
+
+
 # --- evaluate and fit ----------------------------------------------------------------------
 
 

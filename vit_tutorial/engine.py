@@ -106,25 +106,24 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cpu")
 
 
-def _amp_dtype(amp: str | bool | None, device: torch.device) -> torch.dtype | None:
-    if amp in (None, False, "none", "off"):
+def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype that ``amp`` asks for on ``device``, or ``None`` for float32."""
+    if amp is None:
         return None
+    if not isinstance(amp, str) or amp not in ("auto", "bf16", "fp16"):
+        raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}")
     if amp == "auto":
         if device.type != "cuda":
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if amp == "bf16":
-        return torch.bfloat16
-    if amp == "fp16":
-        if device.type != "cuda":
-            raise ValueError(f"amp='fp16' needs a CUDA device, got device {device}")
-        return torch.float16
-    raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}")
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError(f"amp='fp16' needs a CUDA device, got device {device}")
+    return torch.bfloat16 if amp == "bf16" else torch.float16
 
 
 @torch.no_grad()
 def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
-            amp: str | bool | None = "auto") -> tuple[Tensor, Tensor]:
+            amp: str | None = "auto") -> tuple[Tensor, Tensor]:
     """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32."""
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
@@ -140,7 +139,7 @@ def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "
 
 
 def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
-             amp: str | bool | None = "auto") -> dict[str, float]:
+             amp: str | None = "auto") -> dict[str, float]:
     """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``."""
     logits, labels = predict(model, loader, device, amp)
     return {"loss": F.cross_entropy(logits, labels).item(),
@@ -188,7 +187,7 @@ class _Run:
 def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | None, *,
         epochs: int, lr: float, weight_decay: float = 0.05, warmup_epochs: float = 0,
         label_smoothing: float = 0.0, grad_clip: float | None = None,
-        device: str | torch.device = "auto", amp: str | bool | None = "auto",
+        device: str | torch.device = "auto", amp: str | None = "auto",
         progress: bool = True, checkpoint_path: str | Path | None = None) -> dict[str, list]:
     """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history.
 
