@@ -185,12 +185,41 @@ def test_fit_bf16_autocast_on_cpu_runs():
     assert math.isfinite(history["train_loss"][0])
 
 
-def test_fit_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="epochs=0 and lr=0.1"):
-        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 0, "lr": 0.1})
+@pytest.mark.parametrize("name, value", [
+    ("epochs", 0), ("epochs", -3), ("epochs", 2.5), ("epochs", True),
+    ("lr", 0), ("lr", -1e-3), ("lr", math.nan), ("lr", math.inf),
+    ("weight_decay", -0.1), ("weight_decay", math.nan),
+    ("warmup_epochs", -1), ("warmup_epochs", -0.5),
+    ("label_smoothing", 1.0), ("label_smoothing", -0.1),
+    ("grad_clip", 0), ("grad_clip", -1), ("grad_clip", math.nan),
+])
+def test_fit_rejects_bad_hyperparameters_naming_them(name, value):
+    with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}$"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, name: value})
+
+
+def test_fit_reports_warmup_in_epochs_not_steps():
+    with pytest.raises(ValueError, match="warmup_epochs must be .* epochs >= 0") as error:
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "warmup_epochs": -1})
+    assert "steps" not in str(error.value)
+
+
+def test_fit_rejects_an_empty_train_loader():
     empty = make_loader(blobs(8), 16, shuffle=True, drop_last=True)
     with pytest.raises(ValueError, match="train_loader yields no batches"):
         fit(tiny_vit(), empty, None, **ARGS)
+
+
+def test_evaluate_and_predict_refuse_an_empty_loader():
+    nothing = TensorDataset(torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
+    model = tiny_vit()
+    for loader in (make_loader(nothing, 16, shuffle=False),
+                   make_loader(blobs(8), 16, shuffle=True, drop_last=True)):
+        with pytest.raises(ValueError, match="loader yields no batches"):
+            evaluate(model, loader)
+        with pytest.raises(ValueError, match="loader yields no batches"):
+            predict(model, loader)
+        assert model.training  # the mode is restored even then
 
 
 def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(capsys):

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,11 @@ def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
 @torch.no_grad()
 def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
             amp: str | None = "auto") -> tuple[Tensor, Tensor]:
-    """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32."""
+    """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32.
+
+    Raises:
+        ValueError: ``loader`` yields no batches.
+    """
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     was_training = model.training
@@ -135,18 +141,42 @@ def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "
             logits.append(model(x.to(device, non_blocking=True)).float().cpu())
         labels.append(y)
     model.train(was_training)
+    if not logits:
+        raise ValueError("the loader yields no batches, so there is nothing to predict (an "
+                         "empty dataset, or drop_last=True with fewer samples than batch_size)")
     return torch.cat(logits), torch.cat(labels)
 
 
 def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
              amp: str | None = "auto") -> dict[str, float]:
-    """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``."""
+    """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``.
+
+    Raises:
+        ValueError: ``loader`` yields no batches.
+    """
     logits, labels = predict(model, loader, device, amp)
     return {"loss": F.cross_entropy(logits, labels).item(),
             "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
 
 
 _HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+#: What each hyperparameter of :func:`fit` must be: a test, and the words for it.
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "epochs": (lambda v: isinstance(v, numbers.Integral) and _is_real(v) and v >= 1,
+               "an integer >= 1"),
+    "lr": (lambda v: _is_real(v) and 0 < v < math.inf, "a finite number > 0"),
+    "weight_decay": (lambda v: _is_real(v) and 0 <= v < math.inf, "a finite number >= 0"),
+    "warmup_epochs": (lambda v: _is_real(v) and 0 <= v < math.inf,
+                      "a finite number of epochs >= 0"),
+    "label_smoothing": (lambda v: _is_real(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "grad_clip": (lambda v: v is None or (_is_real(v) and v > 0), "None or a number > 0"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,9 +192,10 @@ class _Settings:
     steps_per_epoch: int
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.lr <= 0:
-            raise ValueError(f"need epochs >= 1 and lr > 0, got epochs={self.epochs} and "
-                             f"lr={self.lr}")
+        for name, (valid, expected) in _RULES.items():
+            value = getattr(self, name)
+            if not valid(value):
+                raise ValueError(f"{name} must be {expected}, got {name}={value!r}")
         if self.steps_per_epoch == 0:
             raise ValueError("train_loader yields no batches (an empty dataset, or "
                              "drop_last=True with fewer samples than batch_size)")
@@ -215,6 +246,10 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | Non
         ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one
         value per epoch; ``lr`` is the rate of the epoch's last step, ``time`` the seconds
         spent training in that epoch (evaluation excluded).
+
+    Raises:
+        ValueError: a hyperparameter out of range (the message names it), an empty
+            ``train_loader``, or a checkpoint to resume that was trained with other settings.
     """
     settings = _Settings(epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip,
                          steps_per_epoch=len(train_loader))
