@@ -27,3 +27,11 @@ def test_seed_changes_the_run_and_repeats_it():
 def test_unknown_preset_in_python_raises():
     with pytest.raises(ValueError, match="unknown preset 'nope'; valid presets: .*'digits'"):
         train_recipe("nope")
+
+
+@pytest.mark.parametrize("override", [{"epochs": 0}, {"lr": 0.0}, {"batch_size": 0},
+                                      {"batch_size": -1}])
+def test_zero_or_negative_overrides_are_refused_not_replaced_by_the_preset(override):
+    (name, value), = override.items()
+    with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}"):
+        train_recipe("digits-tiny", progress=False, **override)

@@ -48,6 +48,46 @@ def test_bad_command_lines_exit_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
+    (["--epochs", "-2"], "argument --epochs: must be an integer >= 1, got '-2'"),
+    (["--epochs", "1.5"], "argument --epochs: must be an integer >= 1, got '1.5'"),
+    (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+    (["--batch-size", "-8"], "argument --batch-size: must be an integer >= 1, got '-8'"),
+    (["--lr", "0"], "argument --lr: must be a finite number > 0, got '0'"),
+    (["--lr", "-0.5"], "argument --lr: must be a finite number > 0, got '-0.5'"),
+    (["--lr=-1e-3"], "argument --lr: must be a finite number > 0, got '-1e-3'"),
+    (["--lr", "nan"], "argument --lr: must be a finite number > 0, got 'nan'"),
+    (["--device", "gpu"], "argument --device: unknown device 'gpu'"),
+    (["--device", "cuda:x"], "argument --device: unknown device 'cuda:x'"),
+    (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a CUDA device, got --device cpu"),
+])
+def test_bad_values_are_one_line_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"python -m vit_tutorial.train: error: {message}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert "--device cuda: CUDA is not available" in capsys.readouterr().err
+
+
+def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
+    path = tmp_path / "missing.pt"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--checkpoint", str(path), "--resume"])
+    assert exit_info.value.code == 2
+    assert f"--resume: {path} does not exist" in capsys.readouterr().err.splitlines()[-1]
+    assert not path.exists()
+
+
 def test_module_runs_as_a_script():
     out = subprocess.run([sys.executable, "-m", "vit_tutorial.train", *TINY, "--epochs", "1"],
                          capture_output=True, text=True, timeout=120, check=True).stdout

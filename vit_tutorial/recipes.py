@@ -9,6 +9,8 @@ over :func:`train_recipe`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from pathlib import Path
 
 import torch
@@ -36,6 +38,10 @@ class Recipe:
         warmup_epochs: linear warm-up length.
         label_smoothing: label smoothing.
         grad_clip: global gradient-norm clip, or ``None``.
+
+    Raises:
+        ValueError: ``epochs`` or ``batch_size`` is not an integer >= 1, or ``lr`` is not a
+            finite number > 0 (the other fields are checked by :func:`~vit_tutorial.engine.fit`).
     """
 
     dataset: str
@@ -47,6 +53,15 @@ class Recipe:
     warmup_epochs: float = 5
     label_smoothing: float = 0.1
     grad_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not (
+                0 < self.lr < math.inf):
+            raise ValueError(f"lr must be a finite number > 0, got lr={self.lr!r}")
 
 
 _DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
@@ -96,21 +111,26 @@ def train_recipe(preset: str = "digits", *, seed: int = 0, epochs: int | None = 
     """Train preset ``preset`` with seed ``seed`` and evaluate it on the test split.
 
     The seed fixes the initial weights and the data order; the digits split is the same
-    for every seed. ``epochs``, ``lr`` and ``batch_size`` override the preset's.
+    for every seed. ``epochs``, ``lr`` and ``batch_size``, when not ``None``, override the
+    preset's.
+
+    Raises:
+        ValueError: an unknown preset, or an override out of range (``epochs=0``, say).
     """
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
-    recipe = RECIPES[preset]
-    batch_size = batch_size or recipe.batch_size
+    overrides = {"epochs": epochs, "lr": lr, "batch_size": batch_size}
+    recipe = dataclasses.replace(RECIPES[preset],  # validated again: 0 is refused, not ignored
+                                 **{k: v for k, v in overrides.items() if v is not None})
     if recipe.dataset == "digits":
-        data = digits_datasets(seed=seed, batch_size=batch_size)
+        data = digits_datasets(seed=seed, batch_size=recipe.batch_size)
     else:
-        data = cifar10_datasets(data_root, seed=seed, batch_size=batch_size)
+        data = cifar10_datasets(data_root, seed=seed, batch_size=recipe.batch_size)
     torch.manual_seed(seed)  # the same initial weights on every rank
     model = VisionTransformer(image_size=data.image_size, in_channels=data.in_channels,
                               num_classes=data.num_classes, **recipe.model)
-    history = fit(model, data.train_loader, data.test_loader, epochs=epochs or recipe.epochs,
-                  lr=lr or recipe.lr, weight_decay=recipe.weight_decay,
+    history = fit(model, data.train_loader, data.test_loader, epochs=recipe.epochs,
+                  lr=recipe.lr, weight_decay=recipe.weight_decay,
                   warmup_epochs=recipe.warmup_epochs, label_smoothing=recipe.label_smoothing,
                   grad_clip=recipe.grad_clip, device=device, amp=amp, progress=progress,
                   checkpoint_path=checkpoint_path)

@@ -22,6 +22,7 @@ per process, and only rank 0 prints and writes the checkpoint.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from pathlib import Path
@@ -35,6 +36,39 @@ from vit_tutorial.recipes import DEFAULT_PRESET, RECIPES, TrainResult, train_rec
 __all__ = ["main"]
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of ``--epochs`` and ``--batch-size``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type of ``--lr``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _device(text: str) -> str:
+    """argparse type of ``--device``: ``'auto'`` or a string that :class:`torch.device` reads."""
+    if text != "auto":
+        try:
+            torch.device(text)
+        except RuntimeError:
+            raise argparse.ArgumentTypeError(
+                f"unknown device {text!r}; expected 'auto', 'cpu', 'cuda', 'cuda:N', ...") from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m vit_tutorial.train",
                                      description=__doc__.split("\n")[0])
@@ -42,33 +76,50 @@ def _parser() -> argparse.ArgumentParser:
                         help="dataset; picks its default preset (default: digits)")
     parser.add_argument("--preset", choices=sorted(RECIPES), default=None,
                         help="model and hyperparameters (default: the dataset's)")
-    parser.add_argument("--epochs", type=int, help="override the preset's epochs")
-    parser.add_argument("--lr", type=float, help="override the preset's peak learning rate")
-    parser.add_argument("--batch-size", type=int, help="override the per-process batch size")
+    parser.add_argument("--epochs", type=_positive_int, help="override the preset's epochs")
+    parser.add_argument("--lr", type=_positive_float,
+                        help="override the preset's peak learning rate")
+    parser.add_argument("--batch-size", type=_positive_int,
+                        help="override the per-process batch size")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data order")
     parser.add_argument("--data-root", default="data", help="where CIFAR-10 is (downloaded)")
     parser.add_argument("--checkpoint", type=Path, help="save a checkpoint here every epoch")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ...")
+    parser.add_argument("--device", type=_device, default="auto",
+                        help="'auto', 'cpu', 'cuda', ...")
     parser.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "none"])
     parser.add_argument("--no-progress", action="store_true", help="print nothing per epoch")
     return parser
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
-    """Parse the command line, train, print the test accuracy and the training time."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace
+           ) -> tuple[str, torch.device]:
+    """The preset and the device; a usage error (exit 2) for what cannot run together."""
     preset = args.preset or DEFAULT_PRESET[args.dataset or "digits"]
     if args.dataset is not None and RECIPES[preset].dataset != args.dataset:
         parser.error(f"preset {preset!r} is for dataset {RECIPES[preset].dataset!r}, "
                      f"not {args.dataset!r}")
     if args.resume and args.checkpoint is None:
         parser.error("--resume needs --checkpoint PATH")
+    if args.resume and not args.checkpoint.exists():
+        parser.error(f"--resume: {args.checkpoint} does not exist")
     if args.checkpoint is not None and args.checkpoint.exists() and not args.resume:
         parser.error(f"{args.checkpoint} exists: pass --resume to continue it, or delete it")
-    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     device = resolve_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available on this machine")
+    if args.amp == "fp16" and device.type != "cuda":
+        shown = f"{args.device} ({device})" if args.device == "auto" else args.device
+        parser.error(f"--amp fp16 needs a CUDA device, got --device {shown}")
+    return preset, device
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    """Parse the command line, train, print the test accuracy and the training time."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    preset, device = _check(parser, args)
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     if distributed:
         if device.type == "cuda":
             torch.cuda.set_device(device)
