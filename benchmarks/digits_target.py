@@ -6,8 +6,8 @@ on a 2-core CPU. The classical baseline, scikit-learn's RBF SVM on the same spli
 printed for reference (98.33%).
 
 The recipe is the CLI default, ``python -m vit_tutorial.train --dataset digits`` (preset
-``digits`` in :data:`vit_tutorial.train.RECIPES`). "Training time" is the time spent in
-training steps as recorded by :func:`vit_tutorial.training.fit`; the per-epoch evaluation
+``digits`` in :data:`vit_tutorial.recipes.RECIPES`). "Training time" is the time spent in
+training steps as recorded by :func:`vit_tutorial.engine.fit`; the per-epoch evaluation
 is excluded and reported separately in the wall time. Torch keeps its default number of
 threads (``torch.get_num_threads()`` is printed). On a busy machine times are inflated:
 compare them on an idle one. The script exits with status 1 when the target is missed.
@@ -26,7 +26,7 @@ import torch
 from sklearn.svm import SVC
 
 from vit_tutorial.data import digits_datasets
-from vit_tutorial.train import RECIPES, train_recipe
+from vit_tutorial.recipes import RECIPES, train_recipe
 
 TARGET_ACCURACY = 0.984
 TIME_LIMIT_S = 60.0

@@ -21,10 +21,11 @@ from vit_tutorial.axial import (
     attention_flops,
     axial_mask,
 )
+from vit_tutorial.checkpoint import load_checkpoint
 from vit_tutorial.data import make_loader
+from vit_tutorial.engine import fit, param_groups
 from vit_tutorial.exercises import check_axial_attention, check_axial_scores
 from vit_tutorial.measure import median_seconds, peak_memory
-from vit_tutorial.training import fit, load_checkpoint, param_groups
 
 from checker_messages import wrapped
 

@@ -14,7 +14,7 @@ from vit_tutorial.axial import AxialAttention, attention_flops
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.patches import image_to_patches
 from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
-from vit_tutorial.training import param_groups, predict, warmup_cosine
+from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.vit import VisionTransformer
 
 # ---------------------------------------------------------------------------------------

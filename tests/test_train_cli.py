@@ -1,4 +1,4 @@
-"""Tests for vit_tutorial/train.py: the presets, the command line, and 2-process DDP on the CPU."""
+"""Tests for vit_tutorial/train.py: the command line, and 2-process DDP on the CPU."""
 
 import os
 import subprocess
@@ -8,19 +8,11 @@ import textwrap
 import pytest
 import torch
 
-from vit_tutorial.train import RECIPES, main, train_recipe
+from vit_tutorial.recipes import RECIPES
+from vit_tutorial.train import main
 from vit_tutorial.vit import VisionTransformer
 
 TINY = ["--preset", "digits-tiny", "--no-progress"]
-
-
-def test_presets_build_valid_models():
-    for name, recipe in RECIPES.items():
-        size, channels = (8, 1) if recipe.dataset == "digits" else (32, 3)
-        model = VisionTransformer(image_size=size, in_channels=channels, num_classes=10,
-                                  **recipe.model)
-        assert model(torch.zeros(2, channels, size, size)).shape == (2, 10), name
-    assert RECIPES["digits"].model["stem"] == "conv"  # the target recipe is the hybrid ViT
 
 
 def test_main_trains_and_prints_the_test_accuracy(capsys):
@@ -30,14 +22,6 @@ def test_main_trains_and_prints_the_test_accuracy(capsys):
     assert result.test_accuracy > 0.3  # 2 epochs of a tiny model: far above chance (0.1)
     assert len(result.history["epoch"]) == 2
     assert result.train_seconds == pytest.approx(sum(result.history["time"]))
-
-
-def test_seed_changes_the_run_and_repeats_it():
-    a = train_recipe("digits-tiny", seed=0, epochs=1, progress=False)
-    b = train_recipe("digits-tiny", seed=0, epochs=1, progress=False)
-    c = train_recipe("digits-tiny", seed=1, epochs=1, progress=False)
-    assert a.history["train_loss"] == b.history["train_loss"]
-    assert a.history["train_loss"] != c.history["train_loss"]
 
 
 def test_checkpoint_and_resume_from_the_command_line(tmp_path, capsys):
@@ -64,9 +48,44 @@ def test_bad_command_lines_exit_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_unknown_preset_in_python_raises():
-    with pytest.raises(ValueError, match="unknown preset 'nope'; valid presets: .*'digits'"):
-        train_recipe("nope")
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
+    (["--epochs", "-2"], "argument --epochs: must be an integer >= 1, got '-2'"),
+    (["--epochs", "1.5"], "argument --epochs: must be an integer >= 1, got '1.5'"),
+    (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+    (["--batch-size", "-8"], "argument --batch-size: must be an integer >= 1, got '-8'"),
+    (["--lr", "0"], "argument --lr: must be a finite number > 0, got '0'"),
+    (["--lr", "-0.5"], "argument --lr: must be a finite number > 0, got '-0.5'"),
+    (["--lr=-1e-3"], "argument --lr: must be a finite number > 0, got '-1e-3'"),
+    (["--lr", "nan"], "argument --lr: must be a finite number > 0, got 'nan'"),
+    (["--device", "gpu"], "argument --device: unknown device 'gpu'"),
+    (["--device", "cuda:x"], "argument --device: unknown device 'cuda:x'"),
+    (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a CUDA device, got --device cpu"),
+])
+def test_bad_values_are_one_line_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"python -m vit_tutorial.train: error: {message}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert "--device cuda: CUDA is not available" in capsys.readouterr().err
+
+
+def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
+    path = tmp_path / "missing.pt"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--checkpoint", str(path), "--resume"])
+    assert exit_info.value.code == 2
+    assert f"--resume: {path} does not exist" in capsys.readouterr().err.splitlines()[-1]
+    assert not path.exists()
 
 
 def test_module_runs_as_a_script():

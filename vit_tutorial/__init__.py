@@ -14,11 +14,23 @@ from vit_tutorial.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from vit_tutorial.axial import AxialAttention, AxialEncoderBlock, AxialViT, AxialViTConfig
+from vit_tutorial.axial import (
+    AxialAttention,
+    AxialEncoderBlock,
+    AxialViT,
+    AxialViTConfig,
+)
+from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import DataSplits, digits_datasets
 from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock
+from vit_tutorial.engine import evaluate, fit, predict
 from vit_tutorial.interop import from_timm, from_torchvision
-from vit_tutorial.patches import ConvStem, PatchEmbedding, image_to_patches, patches_to_image
+from vit_tutorial.patches import (
+    ConvStem,
+    PatchEmbedding,
+    image_to_patches,
+    patches_to_image,
+)
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -28,7 +40,6 @@ from vit_tutorial.positional import (
     sinusoidal_1d,
     sinusoidal_2d,
 )
-from vit_tutorial.training import evaluate, fit, load_checkpoint, predict, save_checkpoint
 from vit_tutorial.vit import (
     PRESETS,
     VisionTransformer,

@@ -224,7 +224,7 @@ class AxialViT(nn.Module):
     attend along; it would need its own global attention (``O(N)`` per layer, cheap, but a
     third kind of layer). This model averages the tokens instead, as ViT does with
     ``pool='mean'``; after one block every token has seen the whole image, so the average
-    does too. Trainable with :func:`vit_tutorial.training.fit`.
+    does too. Trainable with :func:`vit_tutorial.engine.fit`.
 
     Args:
         config: the configuration; ``None`` means the defaults.

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.engine import param_groups, warmup_cosine
 from vit_tutorial.exercises._common import call_safely, checker, passed
-from vit_tutorial.training import param_groups, warmup_cosine
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["check_param_groups", "check_lr_schedule"]
@@ -28,7 +28,7 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
     """Grade a learner's ``fn(step, lr, warmup_steps, total_steps) -> float``.
 
     It must return the learning rate that step ``step`` (from 0) uses under
-    :func:`~vit_tutorial.training.warmup_cosine`: ``lr · (t + 1) / (w + 1)`` during the
+    :func:`~vit_tutorial.engine.warmup_cosine`: ``lr · (t + 1) / (w + 1)`` during the
     warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (T - w))) / 2``. The answer is
     compared with the rates the torch schedulers actually produce.
 

@@ -1,7 +1,6 @@
-"""Tests for vit_tutorial/training.py and its exercise checkers: groups, schedule, fit, checkpoints."""
+"""Tests for vit_tutorial/engine.py and its exercise checkers: groups, schedule, fit, resuming."""
 
 import math
-import os
 
 import pytest
 import torch
@@ -10,20 +9,18 @@ from timm.optim import param_groups_weight_decay
 from torch import nn
 from torch.utils.data import TensorDataset
 
-import vit_tutorial.training as training
+import vit_tutorial.engine as engine
 from vit_tutorial.data import make_loader
-from vit_tutorial.exercises import check_lr_schedule, check_param_groups
-from vit_tutorial.exercises.training import _lr_at
-from vit_tutorial.training import (
+from vit_tutorial.engine import (
     evaluate,
     fit,
-    load_checkpoint,
     param_groups,
     predict,
     resolve_device,
-    save_checkpoint,
     warmup_cosine,
 )
+from vit_tutorial.exercises import check_lr_schedule, check_param_groups
+from vit_tutorial.exercises.training import _lr_at
 from vit_tutorial.vit import VisionTransformer
 
 from checker_messages import wrapped
@@ -109,13 +106,19 @@ def test_resolve_device_and_amp_choices():
     if not torch.cuda.is_available():
         assert resolve_device() == torch.device("cpu")
     cpu = torch.device("cpu")
-    assert training._amp_dtype("auto", cpu) is None  # nothing on the CPU
-    assert training._amp_dtype("bf16", cpu) is torch.bfloat16
-    assert training._amp_dtype(None, cpu) is None
+    assert engine._amp_dtype("auto", cpu) is None  # nothing on the CPU
+    assert engine._amp_dtype("bf16", cpu) is torch.bfloat16
+    assert engine._amp_dtype(None, cpu) is None
     with pytest.raises(ValueError, match="amp='fp16' needs a CUDA device, got device cpu"):
-        training._amp_dtype("fp16", cpu)
+        engine._amp_dtype("fp16", cpu)
     with pytest.raises(ValueError, match="amp must be .* got 'fp8'"):
-        training._amp_dtype("fp8", cpu)
+        engine._amp_dtype("fp8", cpu)
+
+
+@pytest.mark.parametrize("amp", [False, True, "none", "off", "fp32", 0])
+def test_amp_accepts_only_auto_bf16_fp16_or_none(amp):
+    with pytest.raises(ValueError, match=rf"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}"):
+        evaluate(tiny_vit(), loaders()[1], "cpu", amp=amp)
 
 
 # --- evaluate and fit ----------------------------------------------------------------------
@@ -184,12 +187,41 @@ def test_fit_bf16_autocast_on_cpu_runs():
     assert math.isfinite(history["train_loss"][0])
 
 
-def test_fit_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="epochs=0 and lr=0.1"):
-        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 0, "lr": 0.1})
+@pytest.mark.parametrize("name, value", [
+    ("epochs", 0), ("epochs", -3), ("epochs", 2.5), ("epochs", True),
+    ("lr", 0), ("lr", -1e-3), ("lr", math.nan), ("lr", math.inf),
+    ("weight_decay", -0.1), ("weight_decay", math.nan),
+    ("warmup_epochs", -1), ("warmup_epochs", -0.5),
+    ("label_smoothing", 1.0), ("label_smoothing", -0.1),
+    ("grad_clip", 0), ("grad_clip", -1), ("grad_clip", math.nan),
+])
+def test_fit_rejects_bad_hyperparameters_naming_them(name, value):
+    with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}$"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, name: value})
+
+
+def test_fit_reports_warmup_in_epochs_not_steps():
+    with pytest.raises(ValueError, match="warmup_epochs must be .* epochs >= 0") as error:
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "warmup_epochs": -1})
+    assert "steps" not in str(error.value)
+
+
+def test_fit_rejects_an_empty_train_loader():
     empty = make_loader(blobs(8), 16, shuffle=True, drop_last=True)
     with pytest.raises(ValueError, match="train_loader yields no batches"):
         fit(tiny_vit(), empty, None, **ARGS)
+
+
+def test_evaluate_and_predict_refuse_an_empty_loader():
+    nothing = TensorDataset(torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
+    model = tiny_vit()
+    for loader in (make_loader(nothing, 16, shuffle=False),
+                   make_loader(blobs(8), 16, shuffle=True, drop_last=True)):
+        with pytest.raises(ValueError, match="loader yields no batches"):
+            evaluate(model, loader)
+        with pytest.raises(ValueError, match="loader yields no batches"):
+            predict(model, loader)
+        assert model.training  # the mode is restored even then
 
 
 def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(capsys):
@@ -200,58 +232,7 @@ def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(caps
     assert [line.split()[1] for line in out] == ["1/2", "2/2"]
 
 
-# --- checkpoints and resuming -------------------------------------------------------------
-
-
-def test_checkpoint_round_trip_with_weights_only(tmp_path):
-    model = tiny_vit()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    model(torch.randn(2, 1, 4, 4)).sum().backward()
-    optimizer.step()
-    path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, model, optimizer, epoch=3, history={"val_acc": [0.5]})
-    raw = torch.load(path, weights_only=True)  # only tensors and plain containers inside
-    assert raw["config"]["dim"] == 16 and raw["epoch"] == 3
-    other = tiny_vit()
-    other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
-    torch.manual_seed(123)
-    state = load_checkpoint(path, other, other_optimizer)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 other.state_dict().values(), strict=True))
-    assert other_optimizer.state_dict()["state"][0]["step"] == 1
-    assert state["history"] == {"val_acc": [0.5]}
-
-
-def test_checkpoint_restores_the_rng(tmp_path):
-    torch.manual_seed(7)
-    save_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
-    expected = torch.rand(3)
-    torch.rand(100)
-    load_checkpoint(tmp_path / "c.pt", nn.Linear(2, 2))
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_checkpoint_config_mismatch_names_the_fields(tmp_path):
-    save_checkpoint(tmp_path / "c.pt", tiny_vit())
-    with pytest.raises(ValueError, match=r"different model config: dim: checkpoint 16 vs model 32;"
-                                         r" num_heads: checkpoint 2 vs model 4"):
-        load_checkpoint(tmp_path / "c.pt", tiny_vit(dim=32, num_heads=4))
-
-
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "c.pt"
-    save_checkpoint(path, nn.Linear(2, 2), epoch=1)
-
-    def crash(obj, f):
-        f.write(b"half a checkpoint")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(training.torch, "save", crash)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(path, nn.Linear(2, 2), epoch=2)
-    monkeypatch.undo()
-    assert torch.load(path, weights_only=True)["epoch"] == 1  # the old file is intact
-    assert os.listdir(tmp_path) == ["c.pt"]  # and no temporary file is left
+# --- resuming from a checkpoint -------------------------------------------------------------
 
 
 class Crash:

@@ -1,0 +1,213 @@
+"""Checkpoints (chapter 6): save and resume a training run, safely.
+
+:func:`save_checkpoint` writes the weights, the model's config, the optimiser, scheduler
+and grad-scaler states, the history and the RNG states, atomically (a temporary file in the
+same folder, then :func:`os.replace`), with the SHA-256 of its contents.
+:func:`load_checkpoint` reads it back with ``torch.load(..., weights_only=True)``, which
+unpickles only tensors and plain containers, checks the SHA-256, and refuses a checkpoint
+saved from a model with another config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+
+__all__ = ["unwrap_model", "save_checkpoint", "load_checkpoint"]
+
+_KEYS = ("model", "config", "optimizer", "scheduler", "scaler", "epoch", "history", "extra",
+         "rng", "sha256")
+_EXPECTED = "a checkpoint written by vit_tutorial's save_checkpoint"
+_PAIRS = ("image_size", "patch_size")  # config fields where 4 means (4, 4)
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The model inside a :class:`~torch.nn.parallel.DistributedDataParallel`, else ``model``."""
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def _model_config(model: nn.Module) -> dict[str, Any] | None:
+    config = getattr(unwrap_model(model), "config", None)
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
+
+
+def save_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: LRScheduler | None = None,
+                    scaler: torch.amp.GradScaler | None = None, epoch: int = 0,
+                    history: dict[str, list] | None = None,
+                    extra: dict[str, Any] | None = None) -> None:
+    """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
+
+    It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
+    dataclass config, the optimiser/scheduler/grad-scaler states, the epoch, the history,
+    ``extra`` (plain values) and the torch RNG states (CPU and CUDA), only tensors and
+    plain containers, so that it loads with ``weights_only=True``; and the SHA-256 of all
+    that, which :func:`load_checkpoint` checks. NumPy scalars in ``history`` and ``extra``
+    are stored as Python numbers.
+
+    Raises:
+        TypeError: ``history`` or ``extra`` holds a value that ``weights_only=True`` could
+            not load back (a datetime, a path, an array...); the message names where.
+    """
+    state = {
+        "model": unwrap_model(model).state_dict(),
+        "config": _model_config(model),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "epoch": epoch,
+        "history": _plain(history or {}, "history"),
+        "extra": _plain(extra or {}, "extra"),
+        "rng": {"cpu": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+    }
+    state["sha256"] = _sha256(state)
+    _write_atomically(Path(path), state)
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` with NumPy scalars as Python numbers; TypeError for what cannot be stored."""
+    if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+        return value.item()  # np.float32(0.5) -> 0.5, np.array(3) -> 3
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, dict):
+        return {_plain(key, f"{where} key {key!r}"): _plain(item, f"{where}[{key!r}]")
+                for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_plain(item, f"{where}[{i}]") for i, item in enumerate(value))
+    raise TypeError(f"{where} is a {type(value).__name__} ({value!r:.60}): a checkpoint holds "
+                    "only tensors, numbers, strings, None, and lists, tuples and dicts of them, "
+                    "so that torch.load(weights_only=True) can read it back")
+
+
+def _sha256(state: dict[str, Any]) -> str:
+    """The SHA-256 of everything in ``state`` but its ``sha256`` entry."""
+    digest = hashlib.sha256()
+    _feed(digest, {key: value for key, value in state.items() if key != "sha256"})
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """Add ``value`` to ``digest``: tensors by dtype, shape and bytes, the rest by ``repr``."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"tensor {tensor.dtype} {tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"dict {len(value)}\0".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, (list, tuple)):  # one kind: torch.load may give back either
+        digest.update(f"sequence {len(value)}\0".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r}\0".encode())
+
+
+def _write_atomically(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: LRScheduler | None = None,
+                    scaler: torch.amp.GradScaler | None = None,
+                    restore_rng: bool = True) -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others).
+
+    Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``,
+    and a list is the tuple with the same items.
+
+    Raises:
+        ValueError: the file is empty, truncated, corrupted (its SHA-256 does not match),
+            or not a checkpoint of :func:`save_checkpoint` (a plain state dict, say); or it
+            was saved from a model with a different config, and the message lists each
+            differing field. Every message names the file.
+
+    Returns:
+        The checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
+    """
+    state = _read(Path(path))
+    _check_config(path, state["config"], _model_config(model))
+    unwrap_model(model).load_state_dict(state["model"])
+    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
+        if obj is not None and state[key] is not None:
+            obj.load_state_dict(state[key])
+    if restore_rng:
+        torch.set_rng_state(state["rng"]["cpu"])
+        if torch.cuda.is_available() and state["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return state
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, once its layout and its SHA-256 are checked."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty, not {_EXPECTED}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as error:  # garbage fails in many ways: OSError, EOFError, KeyError...
+        raise ValueError(f"{path} cannot be read by torch.load(weights_only=True): it is "
+                         f"truncated, or not {_EXPECTED} ({type(error).__name__}: {error})"
+                         ) from error
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a {type(state).__name__}, not {_EXPECTED}")
+    missing = [key for key in _KEYS if key not in state]
+    if missing and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        keys = ", ".join(repr(key) for key in list(state)[:2])
+        raise ValueError(f"{path} is a plain state dict (keys {keys}, ...), not {_EXPECTED}: "
+                         "load it with model.load_state_dict(torch.load(path))")
+    if missing:
+        raise ValueError(f"{path} lacks {sorted(missing)}: it is not {_EXPECTED}")
+    if _sha256(state) != state["sha256"]:
+        raise ValueError(f"{path} is corrupted: the SHA-256 of its contents differs from the "
+                         "one saved with it (a damaged copy, or a file edited by hand)")
+    return state
+
+
+def _comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with lists as tuples, and an int ``image_size``/``patch_size`` as a pair."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        if key in _PAIRS and isinstance(value, int) and not isinstance(value, bool):
+            value = (value, value)
+        out[key] = value
+    return out
+
+
+def _check_config(path: str | Path, saved: dict[str, Any] | None,
+                  current: dict[str, Any] | None) -> None:
+    """ValueError listing each field where the checkpoint's config differs from the model's."""
+    if saved is None or current is None:
+        return
+    a, b = _comparable(saved), _comparable(current)
+    diffs = [f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
+             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    if diffs:
+        raise ValueError(f"checkpoint {path} was saved from a different model config: "
+                         + "; ".join(diffs))
