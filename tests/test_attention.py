@@ -245,12 +245,15 @@ def test_float16_large_scores_do_not_overflow():
     torch.testing.assert_close(out.float(), fused.float(), atol=2e-2, rtol=0)
 
 
-@pytest.mark.parametrize("mask, error", [
-    (torch.ones(4, 4, dtype=torch.long), TypeError),
-    (torch.ones(3, 3, dtype=torch.bool), ValueError),
-    (torch.zeros(2, 5, 4, 4), ValueError),
-    ([[True]], TypeError),
-])
+@pytest.mark.parametrize(
+    "mask, error",
+    [
+        (torch.ones(4, 4, dtype=torch.long), TypeError),
+        (torch.ones(3, 3, dtype=torch.bool), ValueError),
+        (torch.zeros(2, 5, 4, 4), ValueError),
+        ([[True]], TypeError),
+    ],
+)
 def test_bad_masks_are_refused_on_both_paths(mask, error):
     attn = MultiHeadSelfAttention(8, 2)
     x = torch.randn(2, 4, 8)

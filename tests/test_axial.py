@@ -94,8 +94,9 @@ def test_permuting_rows_and_columns_permutes_the_output():
     rows, cols = torch.randperm(4), torch.randperm(6)
     for axis in ("height", "width"):
         axial = AxialAttention(16, 4, axis).eval()
-        torch.testing.assert_close(axial(x[:, rows][:, :, cols]), axial(x)[:, rows][:, :, cols],
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            axial(x[:, rows][:, :, cols]), axial(x)[:, rows][:, :, cols], atol=1e-6, rtol=0
+        )
 
 
 def test_forward_with_weights_gives_one_matrix_per_column_or_row():
@@ -157,8 +158,9 @@ def test_drop_path_only_in_training():
 
 
 def tiny(**fields) -> AxialViT:
-    kw = dict(image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=16, depth=2,
-              num_heads=2)
+    kw = dict(
+        image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=16, depth=2, num_heads=2
+    )
     return AxialViT(**{**kw, **fields})
 
 
@@ -199,8 +201,16 @@ def test_axial_vit_trains_with_fit_and_checkpoints(tmp_path):
     data = TensorDataset(images, labels)
     model = tiny(num_classes=2)
     path = tmp_path / "axial.pt"
-    history = fit(model, make_loader(data, 16, shuffle=True), make_loader(data, 48, shuffle=False),
-                  epochs=8, lr=3e-3, device="cpu", progress=False, checkpoint_path=path)
+    history = fit(
+        model,
+        make_loader(data, 16, shuffle=True),
+        make_loader(data, 48, shuffle=False),
+        epochs=8,
+        lr=3e-3,
+        device="cpu",
+        progress=False,
+        checkpoint_path=path,
+    )
     assert history["train_loss"][-1] < history["train_loss"][0]
     state = load_checkpoint(path, tiny(num_classes=2))
     assert state["config"] == dataclasses.asdict(model.config)
@@ -221,8 +231,10 @@ def test_attention_flops_match_torch_flop_counter(grid):
     for layer in axial:
         layer.fused = False  # the counter sees the explicit matmuls
     x = torch.randn(1, gh, gw, dim)
-    for kind, run in (("full", lambda: full(x.reshape(1, gh * gw, dim))),
-                      ("axial", lambda: axial.eval()(x))):
+    for kind, run in (
+        ("full", lambda: full(x.reshape(1, gh * gw, dim))),
+        ("axial", lambda: axial.eval()(x)),
+    ):
         with FlopCounterMode(display=False) as counter:
             run()
         assert attention_flops(grid, dim, kind) == counter.get_total_flops(), kind
@@ -288,7 +300,9 @@ def test_bad_input_shapes():
 
 
 def test_bad_config_and_images():
-    with pytest.raises(ValueError, match=r"pos_embed must be one of \('learned', 'sincos2d'\), got 'rope'"):
+    with pytest.raises(
+        ValueError, match=r"pos_embed must be one of \('learned', 'sincos2d'\), got 'rope'"
+    ):
         AxialViTConfig(pos_embed="rope")
     with pytest.raises(ValueError, match=r"depth must be at least 1, got 0"):
         tiny(depth=0)
@@ -332,12 +346,18 @@ def _reshape_fold(x, attend, axis):
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (lambda x, attend, axis: along_axis(x, attend, "width" if axis == "height" else "height"),
-         "other axis"),
+        (
+            lambda x, attend, axis: along_axis(
+                x, attend, "width" if axis == "height" else "height"
+            ),
+            "other axis",
+        ),
         (_reshape_fold, "does not gather columns"),
         (lambda x, attend, axis: attend(x.flatten(1, 2)).reshape(x.shape), "whole grid"),
-        (lambda x, attend, axis: rearrange(along_axis(x, attend, axis), "b h w d -> b w h d"),
-         "layout"),
+        (
+            lambda x, attend, axis: rearrange(along_axis(x, attend, axis), "b h w d -> b w h d"),
+            "layout",
+        ),
         (lambda x, attend, axis: x, "differs"),
         (lambda x, attend, axis: x.tolist(), "must return a tensor"),
     ],

@@ -63,8 +63,11 @@ def test_executed_top_to_bottom_without_errors(chapter):
 
 def markers(text: str) -> set[str]:
     """nbval's comment markers in a cell: a comment line that is exactly the marker."""
-    return {line.strip().lstrip("#").strip() for line in text.splitlines()
-            if line.strip().startswith("#")} & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
+    return {
+        line.strip().lstrip("#").strip()
+        for line in text.splitlines()
+        if line.strip().startswith("#")
+    } & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
@@ -75,7 +78,9 @@ def test_nbval_markers_are_used_as_the_rules_say(chapter):
             if "NBVAL_" in line:
                 assert markers(line), f"nbval ignores this malformed marker: {line.strip()}"
         if "NBVAL_SKIP" in markers(text):
-            assert not cell["outputs"], f"a skipped (online-only) cell has invented outputs: {text[:80]}"
+            assert not cell["outputs"], (
+                f"a skipped (online-only) cell has invented outputs: {text[:80]}"
+            )
             assert re.search(r"online|GPU", text, re.IGNORECASE), "say why the cell is skipped"
         if "NBVAL_IGNORE_OUTPUT" in markers(text):
             assert re.search(r"^\s*assert\b", text, re.MULTILINE), (

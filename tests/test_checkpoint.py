@@ -21,8 +21,16 @@ def _seed():
 
 
 def tiny_vit(**fields):
-    kwargs = dict(image_size=4, patch_size=2, in_channels=1, num_classes=3, dim=16, depth=1,
-                  num_heads=2, mlp_ratio=2.0)
+    kwargs = dict(
+        image_size=4,
+        patch_size=2,
+        in_channels=1,
+        num_classes=3,
+        dim=16,
+        depth=1,
+        num_heads=2,
+        mlp_ratio=2.0,
+    )
     return VisionTransformer(**{**kwargs, **fields})
 
 
@@ -39,8 +47,10 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
     torch.manual_seed(123)
     state = load_checkpoint(path, other, other_optimizer)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 other.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True)
+    )
     assert other_optimizer.state_dict()["state"][0]["step"] == 1
     assert state["history"] == {"val_acc": [0.5]}
 
@@ -56,8 +66,11 @@ def test_checkpoint_restores_the_rng(tmp_path):
 
 def test_checkpoint_config_mismatch_names_the_fields(tmp_path):
     save_checkpoint(tmp_path / "c.pt", tiny_vit())
-    with pytest.raises(ValueError, match=r"different model config: dim: checkpoint 16 vs model 32;"
-                                         r" num_heads: checkpoint 2 vs model 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"different model config: dim: checkpoint 16 vs model 32;"
+        r" num_heads: checkpoint 2 vs model 4",
+    ):
         load_checkpoint(tmp_path / "c.pt", tiny_vit(dim=32, num_heads=4))
 
 
@@ -88,7 +101,7 @@ def test_a_corrupted_weight_is_detected_naming_the_file(tmp_path):
     raw = bytearray(path.read_bytes())
     start = raw.find(weight.numpy().tobytes())
     assert start > 0 and weight.numel() * 4 >= 128
-    raw[start + 64:start + 128] = bytes(b ^ 0xFF for b in raw[start + 64:start + 128])
+    raw[start + 64 : start + 128] = bytes(b ^ 0xFF for b in raw[start + 64 : start + 128])
     path.write_bytes(raw)
     assert torch.load(path, weights_only=True)["epoch"] == 0  # torch itself notices nothing
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is corrupted: .*SHA-256"):
@@ -100,16 +113,23 @@ def _truncated(path, model):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-@pytest.mark.parametrize("write, expected", [
-    (_truncated, "cannot be read by torch.load"),
-    (lambda path, model: path.write_bytes(b""), "is empty"),
-    (lambda path, model: path.write_text("not a checkpoint"), "cannot be read by torch.load"),
-    (lambda path, model: torch.save(model.state_dict(), path),
-     r"is a plain state dict \(keys 'cls_token', .*\), not a checkpoint"),
-    (lambda path, model: torch.save([1, 2], path), "holds a list, not a checkpoint"),
-    (lambda path, model: torch.save({"model": model.state_dict(), "epoch": 1}, path),
-     r"lacks \['config', .*'sha256'\]"),
-])
+@pytest.mark.parametrize(
+    "write, expected",
+    [
+        (_truncated, "cannot be read by torch.load"),
+        (lambda path, model: path.write_bytes(b""), "is empty"),
+        (lambda path, model: path.write_text("not a checkpoint"), "cannot be read by torch.load"),
+        (
+            lambda path, model: torch.save(model.state_dict(), path),
+            r"is a plain state dict \(keys 'cls_token', .*\), not a checkpoint",
+        ),
+        (lambda path, model: torch.save([1, 2], path), "holds a list, not a checkpoint"),
+        (
+            lambda path, model: torch.save({"model": model.state_dict(), "epoch": 1}, path),
+            r"lacks \['config', .*'sha256'\]",
+        ),
+    ],
+)
 def test_unreadable_files_raise_value_error_naming_the_file(tmp_path, write, expected):
     path = tmp_path / "c.pt"
     write(path, tiny_vit())
@@ -121,8 +141,9 @@ def test_unreadable_files_raise_value_error_naming_the_file(tmp_path, write, exp
 def test_numpy_scalars_in_the_history_are_saved_as_python_numbers(tmp_path):
     path = tmp_path / "c.pt"
     history = {"val_acc": [np.float32(0.5), np.float64(0.25)], "epoch": [np.int64(1), 2]}
-    save_checkpoint(path, tiny_vit(), history=history, extra={"best": np.array(0.75),
-                                                              "ok": np.bool_(True)})
+    save_checkpoint(
+        path, tiny_vit(), history=history, extra={"best": np.array(0.75), "ok": np.bool_(True)}
+    )
     state = torch.load(path, weights_only=True)
     assert state["history"] == {"val_acc": [0.5, 0.25], "epoch": [1, 2]}
     assert state["extra"] == {"best": 0.75, "ok": True}
@@ -130,11 +151,14 @@ def test_numpy_scalars_in_the_history_are_saved_as_python_numbers(tmp_path):
     assert load_checkpoint(path, tiny_vit())["history"]["val_acc"] == [0.5, 0.25]
 
 
-@pytest.mark.parametrize("history, extra, where", [
-    (None, {"started": datetime.datetime(2024, 1, 1)}, r"extra\['started'\] is a datetime"),
-    ({"val_acc": [0.5, np.zeros(3)]}, None, r"history\['val_acc'\]\[1\] is a ndarray"),
-    (None, {"path": Path("runs")}, r"extra\['path'\] is a \w*Path"),
-])
+@pytest.mark.parametrize(
+    "history, extra, where",
+    [
+        (None, {"started": datetime.datetime(2024, 1, 1)}, r"extra\['started'\] is a datetime"),
+        ({"val_acc": [0.5, np.zeros(3)]}, None, r"history\['val_acc'\]\[1\] is a ndarray"),
+        (None, {"path": Path("runs")}, r"extra\['path'\] is a \w*Path"),
+    ],
+)
 def test_values_weights_only_cannot_load_are_refused(tmp_path, history, extra, where):
     path = tmp_path / "c.pt"
     with pytest.raises(TypeError, match=where + ".*weights_only=True"):
@@ -142,17 +166,22 @@ def test_values_weights_only_cannot_load_are_refused(tmp_path, history, extra, w
     assert os.listdir(tmp_path) == []  # nothing written
 
 
-@pytest.mark.parametrize("saved, loaded", [
-    (dict(image_size=4, patch_size=2), dict(image_size=(4, 4), patch_size=(2, 2))),
-    (dict(image_size=(4, 4), patch_size=(2, 2)), dict(image_size=4, patch_size=[2, 2])),
-])
+@pytest.mark.parametrize(
+    "saved, loaded",
+    [
+        (dict(image_size=4, patch_size=2), dict(image_size=(4, 4), patch_size=(2, 2))),
+        (dict(image_size=(4, 4), patch_size=(2, 2)), dict(image_size=4, patch_size=[2, 2])),
+    ],
+)
 def test_an_int_and_its_pair_are_the_same_config(tmp_path, saved, loaded):
     model = tiny_vit(**saved)
     save_checkpoint(tmp_path / "c.pt", model)
     other = tiny_vit(**loaded)
     load_checkpoint(tmp_path / "c.pt", other)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 other.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True)
+    )
 
 
 def test_a_config_stored_with_lists_matches_tuples(tmp_path):

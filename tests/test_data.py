@@ -20,8 +20,9 @@ def digits():
 
 def test_digits_split_is_sklearns_stratified_80_20(digits):
     raw = load_digits()
-    _, test_idx = train_test_split(np.arange(len(raw.target)), test_size=0.2,
-                                   stratify=raw.target, random_state=0)
+    _, test_idx = train_test_split(
+        np.arange(len(raw.target)), test_size=0.2, stratify=raw.target, random_state=0
+    )
     labels = torch.stack([y for _, y in digits.test])
     assert torch.equal(labels, torch.from_numpy(raw.target[test_idx]))
     assert len(digits.train) == 1437 and len(digits.test) == 360
@@ -34,8 +35,9 @@ def test_digits_images_are_normalised_with_train_statistics(digits):
     assert x.shape == (1437, 1, 8, 8)
     assert abs(x.mean().item()) < 1e-5 and abs(x.std().item() - 1) < 1e-5
     raw = load_digits()
-    _, test_idx = train_test_split(np.arange(1797), test_size=0.2, stratify=raw.target,
-                                   random_state=0)
+    _, test_idx = train_test_split(
+        np.arange(1797), test_size=0.2, stratify=raw.target, random_state=0
+    )
     pixels = torch.tensor(raw.images[test_idx], dtype=torch.float32)
     restored = digits.test.tensors[0][:, 0] * digits.std[0] + digits.mean[0]
     torch.testing.assert_close(restored, pixels, atol=1e-4, rtol=0)

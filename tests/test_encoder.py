@@ -101,9 +101,16 @@ def copy_into_torch_layer(block, layer):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_block_equals_torch_transformer_encoder_layer(norm_first):
     block = randomise_norms(EncoderBlock(32, 4, mlp_ratio=2.0, norm_first=norm_first)).eval()
-    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, activation="gelu",
-                                       layer_norm_eps=1e-6, batch_first=True,
-                                       norm_first=norm_first).eval()
+    layer = nn.TransformerEncoderLayer(
+        32,
+        4,
+        dim_feedforward=64,
+        dropout=0.0,
+        activation="gelu",
+        layer_norm_eps=1e-6,
+        batch_first=True,
+        norm_first=norm_first,
+    ).eval()
     copy_into_torch_layer(block, layer)
     x = torch.randn(3, 7, 32)
     torch.testing.assert_close(block(x), layer(x), atol=1e-5, rtol=0)

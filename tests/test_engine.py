@@ -11,14 +11,7 @@ from torch.utils.data import TensorDataset
 
 import vit_tutorial.engine as engine
 from vit_tutorial.data import make_loader
-from vit_tutorial.engine import (
-    evaluate,
-    fit,
-    param_groups,
-    predict,
-    resolve_device,
-    warmup_cosine,
-)
+from vit_tutorial.engine import evaluate, fit, param_groups, predict, resolve_device, warmup_cosine
 from vit_tutorial.exercises import check_lr_schedule, check_param_groups
 from vit_tutorial.exercises.training import _lr_at
 from vit_tutorial.vit import VisionTransformer
@@ -32,8 +25,16 @@ def _seed():
 
 
 def tiny_vit(**fields):
-    kwargs = dict(image_size=4, patch_size=2, in_channels=1, num_classes=3, dim=16, depth=1,
-                  num_heads=2, mlp_ratio=2.0)
+    kwargs = dict(
+        image_size=4,
+        patch_size=2,
+        in_channels=1,
+        num_classes=3,
+        dim=16,
+        depth=1,
+        num_heads=2,
+        mlp_ratio=2.0,
+    )
     return VisionTransformer(**{**kwargs, **fields})
 
 
@@ -46,12 +47,21 @@ def blobs(n=96, seed=0):
 
 
 def loaders(batch_size=16, seed=0):
-    return (make_loader(blobs(), batch_size, shuffle=True, seed=seed),
-            make_loader(blobs(48, seed=1), 64, shuffle=False))
+    return (
+        make_loader(blobs(), batch_size, shuffle=True, seed=seed),
+        make_loader(blobs(48, seed=1), 64, shuffle=False),
+    )
 
 
-ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1,
-            grad_clip=1.0, progress=False)
+ARGS = dict(
+    epochs=4,
+    lr=3e-3,
+    weight_decay=0.05,
+    warmup_epochs=1,
+    label_smoothing=0.1,
+    grad_clip=1.0,
+    progress=False,
+)
 
 
 # --- optimiser groups and schedule --------------------------------------------------------
@@ -63,8 +73,9 @@ def test_param_groups_exempt_biases_norms_class_token_and_positions():
     names = {id(p): n for n, p in model.named_parameters()}
     exempt = {names[id(p)] for p in no_decay["params"]}
     assert {"cls_token", "pos_embed.weight"} <= exempt
-    assert all(n.endswith("bias") or "norm" in n or n in {"cls_token", "pos_embed.weight"}
-               for n in exempt)
+    assert all(
+        n.endswith("bias") or "norm" in n or n in {"cls_token", "pos_embed.weight"} for n in exempt
+    )
     assert all(names[id(p)].endswith("weight") and p.ndim >= 2 for p in decay["params"])
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
@@ -73,8 +84,7 @@ def test_param_groups_exempt_biases_norms_class_token_and_positions():
 def test_param_groups_match_timm():
     model = tiny_vit(pool="mean", pos_embed="relative")
     ours = param_groups(model, 0.05)
-    theirs = param_groups_weight_decay(model, 0.05,
-                                      no_weight_decay_list=model.no_weight_decay())
+    theirs = param_groups_weight_decay(model, 0.05, no_weight_decay_list=model.no_weight_decay())
     as_ids = lambda groups: sorted(sorted(map(id, g["params"])) for g in groups)  # noqa: E731
     assert as_ids(ours) == as_ids(theirs)
 
@@ -88,8 +98,10 @@ def test_warmup_cosine_follows_the_formula():
         got.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
-    want = [2.0 * (t + 1) / 6 if t < 5 else 0.5 * 2.0 * (1 + math.cos(math.pi * (t - 5) / 15))
-            for t in range(20)]
+    want = [
+        2.0 * (t + 1) / 6 if t < 5 else 0.5 * 2.0 * (1 + math.cos(math.pi * (t - 5) / 15))
+        for t in range(20)
+    ]
     assert got == pytest.approx(want, abs=1e-9)
     assert max(got) == pytest.approx(2.0)
 
@@ -117,7 +129,9 @@ def test_resolve_device_and_amp_choices():
 
 @pytest.mark.parametrize("amp", [False, True, "none", "off", "fp32", 0])
 def test_amp_accepts_only_auto_bf16_fp16_or_none(amp):
-    with pytest.raises(ValueError, match=rf"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}"):
+    with pytest.raises(
+        ValueError, match=rf"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}"
+    ):
         evaluate(tiny_vit(), loaders()[1], "cpu", amp=amp)
 
 
@@ -173,8 +187,11 @@ def test_fit_is_reproducible():
 def test_fit_uses_no_decay_groups_and_clips(monkeypatch):
     calls = []
     clip = nn.utils.clip_grad_norm_
-    monkeypatch.setattr(nn.utils, "clip_grad_norm_",
-                        lambda params, max_norm: calls.append(max_norm) or clip(params, max_norm))
+    monkeypatch.setattr(
+        nn.utils,
+        "clip_grad_norm_",
+        lambda params, max_norm: calls.append(max_norm) or clip(params, max_norm),
+    )
     fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1, "grad_clip": 0.5})
     assert calls == [0.5] * 6  # 96 samples / 16 per batch
     calls.clear()
@@ -187,14 +204,28 @@ def test_fit_bf16_autocast_on_cpu_runs():
     assert math.isfinite(history["train_loss"][0])
 
 
-@pytest.mark.parametrize("name, value", [
-    ("epochs", 0), ("epochs", -3), ("epochs", 2.5), ("epochs", True),
-    ("lr", 0), ("lr", -1e-3), ("lr", math.nan), ("lr", math.inf),
-    ("weight_decay", -0.1), ("weight_decay", math.nan),
-    ("warmup_epochs", -1), ("warmup_epochs", -0.5),
-    ("label_smoothing", 1.0), ("label_smoothing", -0.1),
-    ("grad_clip", 0), ("grad_clip", -1), ("grad_clip", math.nan),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("epochs", 0),
+        ("epochs", -3),
+        ("epochs", 2.5),
+        ("epochs", True),
+        ("lr", 0),
+        ("lr", -1e-3),
+        ("lr", math.nan),
+        ("lr", math.inf),
+        ("weight_decay", -0.1),
+        ("weight_decay", math.nan),
+        ("warmup_epochs", -1),
+        ("warmup_epochs", -0.5),
+        ("label_smoothing", 1.0),
+        ("label_smoothing", -0.1),
+        ("grad_clip", 0),
+        ("grad_clip", -1),
+        ("grad_clip", math.nan),
+    ],
+)
 def test_fit_rejects_bad_hyperparameters_naming_them(name, value):
     with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}$"):
         fit(tiny_vit(), loaders()[0], None, **{**ARGS, name: value})
@@ -215,8 +246,10 @@ def test_fit_rejects_an_empty_train_loader():
 def test_evaluate_and_predict_refuse_an_empty_loader():
     nothing = TensorDataset(torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
     model = tiny_vit()
-    for loader in (make_loader(nothing, 16, shuffle=False),
-                   make_loader(blobs(8), 16, shuffle=True, drop_last=True)):
+    for loader in (
+        make_loader(nothing, 16, shuffle=False),
+        make_loader(blobs(8), 16, shuffle=True, drop_last=True),
+    ):
         with pytest.raises(ValueError, match="loader yields no batches"):
             evaluate(model, loader)
         with pytest.raises(ValueError, match="loader yields no batches"):
@@ -263,15 +296,15 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     train_loader, val_loader = loaders()
     path = tmp_path / "run.pt"
     with pytest.raises(RuntimeError, match="simulated crash"):  # dies in epoch 3
-        fit(model, Crash(train_loader, after=2 * 6 + 3), val_loader, **args,
-            checkpoint_path=path)
+        fit(model, Crash(train_loader, after=2 * 6 + 3), val_loader, **args, checkpoint_path=path)
     assert torch.load(path, weights_only=True)["epoch"] == 2
     torch.manual_seed(999)  # a new process: other RNG state, fresh model
     resumed = tiny_vit(dropout=0.1, drop_path=0.1)
     resumed_history = fit(resumed, *loaders(), **args, checkpoint_path=path)
 
-    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(),
-                            strict=True):
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
     for key in ("train_loss", "val_acc", "lr"):
         assert resumed_history[key] == history[key]
@@ -282,8 +315,13 @@ def test_resume_with_other_settings_is_refused(tmp_path):
     path = tmp_path / "run.pt"
     fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, checkpoint_path=path)
     with pytest.raises(ValueError, match="trained with epochs=1, lr=0.003, not epochs=2, lr=0.01"):
-        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 2, "lr": 0.01},
-            checkpoint_path=path)
+        fit(
+            tiny_vit(),
+            loaders()[0],
+            None,
+            **{**ARGS, "epochs": 2, "lr": 0.01},
+            checkpoint_path=path,
+        )
     with pytest.raises(ValueError, match="dim: checkpoint 16 vs model 8"):
         fit(tiny_vit(dim=8), loaders()[0], None, **{**ARGS, "epochs": 1}, checkpoint_path=path)
 
@@ -296,15 +334,26 @@ def test_check_lr_schedule_accepts_the_formula(capsys):
     assert capsys.readouterr().out.startswith("Correct! check_lr_schedule")
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (lambda t, lr, w, T: lr * t / w if t < w else _lr_at(t, lr, w, T), "warm-up starts at 0"),
-    (lambda t, lr, w, T: _lr_at(t, lr, 0, T), "there is no warm-up"),
-    (lambda t, lr, w, T: _lr_at(t, lr, w, T) if t < w
-     else lr * (1 + math.cos(math.pi * t / T)) / 2, r"phase is π\(t - w\)/\(T - w\)"),
-    (lambda t, lr, w, T: _lr_at(t, lr, w, T) if t < w
-     else lr * math.cos(math.pi * (t - w) / (T - w)), "the cosine goes negative"),
-    (lambda t, lr, w, T: lr, r"step 0 of lr=0.001, warmup_steps=5, total_steps=50: got 0.001"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (lambda t, lr, w, T: lr * t / w if t < w else _lr_at(t, lr, w, T), "warm-up starts at 0"),
+        (lambda t, lr, w, T: _lr_at(t, lr, 0, T), "there is no warm-up"),
+        (
+            lambda t, lr, w, T: (
+                _lr_at(t, lr, w, T) if t < w else lr * (1 + math.cos(math.pi * t / T)) / 2
+            ),
+            r"phase is π\(t - w\)/\(T - w\)",
+        ),
+        (
+            lambda t, lr, w, T: (
+                _lr_at(t, lr, w, T) if t < w else lr * math.cos(math.pi * (t - w) / (T - w))
+            ),
+            "the cosine goes negative",
+        ),
+        (lambda t, lr, w, T: lr, r"step 0 of lr=0.001, warmup_steps=5, total_steps=50: got 0.001"),
+    ],
+)
 def test_check_lr_schedule_explains_mistakes(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_lr_schedule(wrong)
@@ -318,24 +367,39 @@ def test_check_param_groups_accepts_the_package(capsys):
 def _by_rule(rule, rate=0.05):
     def fn(model, weight_decay):
         params = list(model.named_parameters())
-        return [{"params": [p for n, p in params if rule(n, p)], "weight_decay": rate},
-                {"params": [p for n, p in params if not rule(n, p)], "weight_decay": 0.0}]
+        return [
+            {"params": [p for n, p in params if rule(n, p)], "weight_decay": rate},
+            {"params": [p for n, p in params if not rule(n, p)], "weight_decay": 0.0},
+        ]
+
     return fn
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (_by_rule(lambda n, p: True), "biases and norm weights are decayed"),
-    (_by_rule(lambda n, p: p.ndim >= 2), r"\['cls_token', 'pos_embed.weight'\] are decayed"),
-    (_by_rule(lambda n, p: p.ndim > 2), "weight matrices escape decay"),
-    (_by_rule(lambda n, p: p.ndim >= 2, rate=0.1), r"must use the weight_decay argument \(0.05\)"),
-    (lambda model, wd: [{"params": list(model.parameters())[1:], "weight_decay": wd}],
-     r"missing from every group: \['cls_token'\]"),
-    (lambda model, wd: [{"params": list(model.parameters()), "weight_decay": wd},
-                        {"params": list(model.parameters())[:1], "weight_decay": 0.0}],
-     "in two groups"),
-    (lambda model, wd: list(model.parameters()), "list of dicts"),
-    (lambda model, wd: [{"params": list(model.parameters())}], r"default \(0.01 for AdamW\)"),
-])
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (_by_rule(lambda n, p: True), "biases and norm weights are decayed"),
+        (_by_rule(lambda n, p: p.ndim >= 2), r"\['cls_token', 'pos_embed.weight'\] are decayed"),
+        (_by_rule(lambda n, p: p.ndim > 2), "weight matrices escape decay"),
+        (
+            _by_rule(lambda n, p: p.ndim >= 2, rate=0.1),
+            r"must use the weight_decay argument \(0.05\)",
+        ),
+        (
+            lambda model, wd: [{"params": list(model.parameters())[1:], "weight_decay": wd}],
+            r"missing from every group: \['cls_token'\]",
+        ),
+        (
+            lambda model, wd: [
+                {"params": list(model.parameters()), "weight_decay": wd},
+                {"params": list(model.parameters())[:1], "weight_decay": 0.0},
+            ],
+            "in two groups",
+        ),
+        (lambda model, wd: list(model.parameters()), "list of dicts"),
+        (lambda model, wd: [{"params": list(model.parameters())}], r"default \(0.01 for AdamW\)"),
+    ],
+)
 def test_check_param_groups_explains_mistakes(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_param_groups(wrong)

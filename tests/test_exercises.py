@@ -12,9 +12,9 @@ import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.axial import AxialAttention, attention_flops
 from vit_tutorial.encoder import drop_path
+from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.patches import image_to_patches
 from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
-from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.vit import VisionTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -46,9 +46,7 @@ def param_count(config):
 
 def top_k(model, images, k):
     """With the package's predict, which restores the model's mode when done."""
-    logits, _ = predict(
-        model, [(images, torch.zeros(len(images)))], device="cpu", amp=None
-    )
+    logits, _ = predict(model, [(images, torch.zeros(len(images)))], device="cpu", amp=None)
     return logits.softmax(-1).topk(k, dim=-1)
 
 
@@ -64,7 +62,7 @@ def lr_at(step, lr, warmup_steps, total_steps):
 def along(x, attend, axis):
     """An AxialAttention with the weights of ``attend``, in the dtype of ``x``."""
     axial = AxialAttention(attend.dim, attend.num_heads, axis).to(x.dtype)
-    axial.load_state_dict(attend.state_dict())
+    axial.attn.load_state_dict(attend.state_dict())
     return axial.eval()(x)
 
 
@@ -117,18 +115,14 @@ def sincos_float64(grid_size, dim):
 
     def code(positions):
         angles = positions.double()[:, None] * omega
-        return rearrange(
-            torch.stack([angles.sin(), angles.cos()], -1), "n k two -> n (k two)"
-        )
+        return rearrange(torch.stack([angles.sin(), angles.cos()], -1), "n k two -> n (k two)")
 
     rows, cols = torch.arange(gh).repeat_interleave(gw), torch.arange(gw).repeat(gh)
     return torch.cat([code(rows), code(cols)], 1)
 
 
 FLOAT64 = {
-    "check_attention": lambda q, k, v, h: multi_head(
-        q.double(), k.double(), v.double(), h
-    ),
+    "check_attention": lambda q, k, v, h: multi_head(q.double(), k.double(), v.double(), h),
     "check_image_to_patches": lambda images, p: image_to_patches(images.double(), p),
     "check_patch_embedding": lambda conv: conv_to_linear(conv).double(),
     "check_sinusoidal_2d": sincos_float64,
@@ -170,9 +164,7 @@ def test_check_predict_still_rejects_a_model_left_in_training_mode():
         exercises.check_predict(in_training)
 
 
-@pytest.mark.parametrize(
-    "shape", ["generator params", "generator of groups", "tuple params"]
-)
+@pytest.mark.parametrize("shape", ["generator params", "generator of groups", "tuple params"])
 def test_check_param_groups_accepts_what_torch_optim_accepts(shape):
     def groups(model, weight_decay):
         made = param_groups(model, weight_decay)
@@ -261,17 +253,13 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_patch_embedding", lambda conv: conv.weight.flatten(1), "(c p1 p2) order"),
     (
         "check_axial_attention",
-        lambda x, attend, axis: attend(x.reshape(-1, x.shape[1], x.shape[3])).reshape(
-            x.shape
-        ),
+        lambda x, attend, axis: attend(x.reshape(-1, x.shape[1], x.shape[3])).reshape(x.shape),
         "does not gather columns",
     ),
 ]
 
 
-@pytest.mark.parametrize(
-    "name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES]
-)
+@pytest.mark.parametrize("name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES])
 def test_names_the_mistake(name, wrong, phrase):
     with pytest.raises(AssertionError) as error:
         getattr(exercises, name)(wrong)
@@ -289,9 +277,7 @@ def test_param_count_does_not_blame_the_class_token_for_the_final_layernorm():
 
 
 def consumes_randomness(*args):
-    torch.rand(
-        100
-    )  # a learner's answer that draws from the global generator, then fails
+    torch.rand(100)  # a learner's answer that draws from the global generator, then fails
     return None
 
 
@@ -315,9 +301,7 @@ def test_leaves_the_global_random_state_unchanged(name, answer):
 WIDTH = 80  # the chapters print "AssertionError: " + message; the book shows about 88
 
 
-@pytest.mark.parametrize(
-    "name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES]
-)
+@pytest.mark.parametrize("name, wrong, phrase", MISTAKES, ids=[f"{m[0]}-{m[2]}" for m in MISTAKES])
 def test_failure_messages_fit_the_page(name, wrong, phrase):
     with pytest.raises(AssertionError) as error:
         getattr(exercises, name)(wrong)

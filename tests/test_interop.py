@@ -21,10 +21,18 @@ from vit_tutorial.interop import (
 )
 from vit_tutorial.vit import VisionTransformer
 
-SMALL_TV = dict(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64,
-                mlp_dim=96, num_classes=10)
-SMALL_TIMM = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=1.5,
-                  num_classes=10)
+SMALL_TV = dict(
+    image_size=32,
+    patch_size=8,
+    num_layers=2,
+    num_heads=4,
+    hidden_dim=64,
+    mlp_dim=96,
+    num_classes=10,
+)
+SMALL_TIMM = dict(
+    img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=1.5, num_classes=10
+)
 
 
 @pytest.fixture(autouse=True)
@@ -69,11 +77,14 @@ def test_torchvision_small_same_logits():
 def test_torchvision_keys_all_mapped():
     sd = TorchvisionViT(**SMALL_TV).state_dict()
     converted = torchvision_state_dict_to_ours(sd)
-    ours = VisionTransformer(image_size=32, patch_size=8, depth=2, num_heads=4, dim=64,
-                             mlp_ratio=1.5, num_classes=10)
+    ours = VisionTransformer(
+        image_size=32, patch_size=8, depth=2, num_heads=4, dim=64, mlp_ratio=1.5, num_classes=10
+    )
     assert set(converted) == set(ours.state_dict())
-    assert converted["encoder.blocks.1.attn.qkv.weight"] is sd[
-        "encoder.layers.encoder_layer_1.self_attention.in_proj_weight"]
+    assert (
+        converted["encoder.blocks.1.attn.qkv.weight"]
+        is sd["encoder.layers.encoder_layer_1.self_attention.in_proj_weight"]
+    )
     assert "conv_proj.{p}" in TORCHVISION_KEYS
 
 
@@ -112,8 +123,16 @@ def test_timm_small_same_logits():
 
 
 def test_timm_average_pooling_same_logits():
-    ref = perturb(timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
-                                    global_pool="avg", class_token=False, qkv_bias=False))
+    ref = perturb(
+        timm.create_model(
+            "vit_tiny_patch16_224",
+            pretrained=False,
+            **SMALL_TIMM,
+            global_pool="avg",
+            class_token=False,
+            qkv_bias=False,
+        )
+    )
     ours = from_timm(ref)
     assert ours.config.pool == "mean" and not ours.config.qkv_bias and ours.cls_token is None
     assert_same_logits(ours, ref, torch.randn(3, 3, 32, 32))
@@ -128,20 +147,24 @@ def test_timm_names_are_ours_inside_the_encoder():
 
 
 def test_timm_unsupported_variants():
-    cls_avg = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
-                                global_pool="avg")
+    cls_avg = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM, global_pool="avg"
+    )
     with pytest.raises(ValueError, match="global_pool='avg' with class_token=True"):
         from_timm(cls_avg)
-    headless = timm.create_model("vit_tiny_patch16_224", pretrained=False,
-                                 **{**SMALL_TIMM, "num_classes": 0})
+    headless = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, **{**SMALL_TIMM, "num_classes": 0}
+    )
     with pytest.raises(ValueError, match="num_classes=0"):
         from_timm(headless)
-    registers = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
-                                  reg_tokens=4)
+    registers = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM, reg_tokens=4
+    )
     with pytest.raises(ValueError, match=r"1 timm keys.*\['reg_token'\]"):
         from_timm(registers)
-    layer_scale = timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM,
-                                    init_values=1e-5)
+    layer_scale = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM, init_values=1e-5
+    )
     with pytest.raises(ValueError, match=r"4 timm keys.*blocks.0.ls1.gamma"):
         from_timm(layer_scale)
 
@@ -150,8 +173,9 @@ def test_timm_unsupported_variants():
 
 
 def small_ours():
-    return VisionTransformer(image_size=32, patch_size=8, depth=2, num_heads=4, dim=64,
-                             num_classes=10)
+    return VisionTransformer(
+        image_size=32, patch_size=8, depth=2, num_heads=4, dim=64, num_classes=10
+    )
 
 
 def test_load_converted_lists_missing_unexpected_and_shapes():
@@ -160,9 +184,12 @@ def test_load_converted_lists_missing_unexpected_and_shapes():
     del sd["head.bias"]
     sd["extra.weight"] = torch.zeros(1)
     sd["pos_embed.weight"] = torch.zeros(1, 5, 64)
-    with pytest.raises(ValueError, match=r"missing keys \['head.bias'\], unexpected keys "
-                                         r"\['extra.weight'\], shape mismatches \['pos_embed.weight: "
-                                         r"got \(1, 5, 64\), expected \(1, 17, 64\)'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"missing keys \['head.bias'\], unexpected keys "
+        r"\['extra.weight'\], shape mismatches \['pos_embed.weight: "
+        r"got \(1, 5, 64\), expected \(1, 17, 64\)'\]",
+    ):
         load_converted(model, sd)
 
 
@@ -201,9 +228,18 @@ def test_timm_is_not_a_runtime_dependency():
 
 
 def test_from_timm_carries_its_regularisation_over():
-    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10,
-                            attn_drop_rate=0.2, drop_path_rate=0.3, proj_drop_rate=0.1,
-                            pos_drop_rate=0.1, img_size=32, patch_size=8, depth=2)
+    ref = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        num_classes=10,
+        attn_drop_rate=0.2,
+        drop_path_rate=0.3,
+        proj_drop_rate=0.1,
+        pos_drop_rate=0.1,
+        img_size=32,
+        patch_size=8,
+        depth=2,
+    )
     config = from_timm(ref).config
     assert (config.dropout, config.attn_dropout, config.drop_path) == (0.1, 0.2, 0.3)
     ours = from_timm(ref)
@@ -211,15 +247,29 @@ def test_from_timm_carries_its_regularisation_over():
 
 
 def test_from_timm_refuses_dropouts_it_cannot_express():
-    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10,
-                            drop_rate=0.1, img_size=32, patch_size=8, depth=2)
+    ref = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        num_classes=10,
+        drop_rate=0.1,
+        img_size=32,
+        patch_size=8,
+        depth=2,
+    )
     with pytest.raises(ValueError, match=r"drop_rate \(head\)': 0.1"):
         from_timm(ref)
 
 
 def test_from_torchvision_accepts_any_mlp_width():
-    ref = TorchvisionViT(image_size=16, patch_size=8, num_layers=1, num_heads=1, hidden_dim=7,
-                         mlp_dim=61, num_classes=3).eval()
+    ref = TorchvisionViT(
+        image_size=16,
+        patch_size=8,
+        num_layers=1,
+        num_heads=1,
+        hidden_dim=7,
+        mlp_dim=61,
+        num_classes=3,
+    ).eval()
     ours = from_torchvision(ref)
     assert ours.encoder.blocks[0].mlp.fc1.out_features == 61
     assert max_abs_logit_difference(ours, ref, torch.randn(2, 3, 16, 16)) < 1e-5

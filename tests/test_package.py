@@ -54,13 +54,8 @@ def import_errors() -> dict[str, str]:
     )
     # The subprocess must import this copy of the package, not another installed one.
     here = str(Path(vit_tutorial.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env
-    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -95,12 +90,8 @@ def test_root_exports_only_names_that_a_module_declares():
                 declared.setdefault(name, []).append(getattr(mod, name))
     assert len(vit_tutorial.__all__) == len(set(vit_tutorial.__all__))
     for name in vit_tutorial.__all__:
-        assert hasattr(vit_tutorial, name), (
-            f"vit_tutorial.{name} is in __all__ but missing"
-        )
-        assert name in declared, (
-            f"vit_tutorial.{name} is not in any submodule's __all__"
-        )
+        assert hasattr(vit_tutorial, name), f"vit_tutorial.{name} is in __all__ but missing"
+        assert name in declared, f"vit_tutorial.{name} is not in any submodule's __all__"
         assert any(getattr(vit_tutorial, name) is obj for obj in declared[name]), (
             f"vit_tutorial.{name} is not the object its submodule exports"
         )

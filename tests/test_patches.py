@@ -6,12 +6,7 @@ from einops import rearrange
 from torch import nn
 
 from vit_tutorial.exercises import check_image_to_patches, check_patch_embedding
-from vit_tutorial.patches import (
-    PatchEmbedding,
-    image_to_patches,
-    pair,
-    patches_to_image,
-)
+from vit_tutorial.patches import PatchEmbedding, image_to_patches, pair, patches_to_image
 
 from checker_messages import wrapped
 
@@ -48,7 +43,7 @@ def test_patch_order_is_row_major_and_channel_fastest():
     for b in range(2):
         for n in range(6):
             r, c = divmod(n, 3)  # row-major: token n is grid row n // Gw, column n % Gw
-            block = images[b, :, 2 * r:2 * r + 2, 2 * c:2 * c + 2]  # (C, P, P)
+            block = images[b, :, 2 * r : 2 * r + 2, 2 * c : 2 * c + 2]  # (C, P, P)
             torch.testing.assert_close(patches[b, n], block.permute(1, 2, 0).flatten())
     # channel fastest: the first three numbers are R, G, B of the top-left pixel
     assert patches[0, 0, :3].tolist() == images[0, :, 0, 0].tolist()
@@ -78,8 +73,11 @@ def test_round_trip(size):
 
 
 def test_image_to_patches_errors():
-    with pytest.raises(ValueError, match=r"image size \(225, 224\) is not divisible by patch size "
-                                         r"\(16, 16\).*225 / 16 = 14\.0625.*\(224, 224\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"image size \(225, 224\) is not divisible by patch size "
+        r"\(16, 16\).*225 / 16 = 14\.0625.*\(224, 224\)",
+    ):
         image_to_patches(torch.randn(1, 3, 225, 224), 16)
     with pytest.raises(ValueError, match=r"\(B, C, H, W\), got 3-D \(3, 32, 32\)"):
         image_to_patches(torch.randn(3, 32, 32), 16)
@@ -88,7 +86,9 @@ def test_image_to_patches_errors():
 
 
 def test_patches_to_image_errors():
-    with pytest.raises(ValueError, match=r"\(2, 5, 48\) do not fit image size \(8, 8\).*N = 2·2 = 4"):
+    with pytest.raises(
+        ValueError, match=r"\(2, 5, 48\) do not fit image size \(8, 8\).*N = 2·2 = 4"
+    ):
         patches_to_image(torch.randn(2, 5, 48), 4, 8)
     with pytest.raises(ValueError, match=r"width divisible by 4·4 = 16"):
         patches_to_image(torch.randn(2, 4, 40), 4, 8)
@@ -118,8 +118,9 @@ def test_conv_equals_cut_flatten_and_linear(image_size, patch_size):
         linear.weight.copy_(embed.linear_weight())
         linear.bias.copy_(embed.proj.bias)
     images = torch.randn(2, 3, *pair(image_size))
-    torch.testing.assert_close(embed(images), linear(image_to_patches(images, patch_size)),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        embed(images), linear(image_to_patches(images, patch_size)), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_matches_timm_patch_embed():
@@ -169,8 +170,11 @@ def test_strict_and_dynamic_image_size():
 
 
 def test_patch_embedding_errors():
-    with pytest.raises(ValueError, match=r"image size \(224, 200\) is not divisible by patch size "
-                                         r"\(16, 16\).*200 / 16 = 12\.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"image size \(224, 200\) is not divisible by patch size "
+        r"\(16, 16\).*200 / 16 = 12\.5",
+    ):
         PatchEmbedding((224, 200), 16)
     embed = PatchEmbedding(32, 16, in_channels=3, dim=8)
     with pytest.raises(ValueError, match=r"expected 3 input channels, got 1 .*\(2, 1, 32, 32\)"):
@@ -210,9 +214,12 @@ def test_check_image_to_patches_explains_each_mistake(pattern, message):
 def test_check_image_to_patches_other_mistakes():
     with pytest.raises(AssertionError, match=wrapped(r"must have shape \(2, 6, 48\)")):
         check_image_to_patches(lambda images, p: images.flatten(2))
-    with pytest.raises(AssertionError, match=wrapped(r"crashed.*\(12, 16\), patch size \(4, 8\).*Zero")):
-        check_image_to_patches(lambda images, p: image_to_patches(images, p)
-                               if isinstance(p, int) else 1 / 0)  # fails on non-square patches
+    with pytest.raises(
+        AssertionError, match=wrapped(r"crashed.*\(12, 16\), patch size \(4, 8\).*Zero")
+    ):
+        check_image_to_patches(
+            lambda images, p: image_to_patches(images, p) if isinstance(p, int) else 1 / 0
+        )  # fails on non-square patches
 
 
 def test_check_patch_embedding_accepts_a_correct_solution(capsys):
@@ -237,17 +244,23 @@ def test_patch_grid_is_the_one_geometry_check():
         patch_grid(32.0, 8)
 
 
-@pytest.mark.parametrize("images, error", [
-    (torch.zeros(1, 3, 8, 8, dtype=torch.uint8), TypeError),
-    (torch.zeros(1, 3, 8, 8, dtype=torch.bool), TypeError),
-    ([[0.0]], TypeError),
-    (torch.zeros(3, 8, 8), ValueError),
-])
+@pytest.mark.parametrize(
+    "images, error",
+    [
+        (torch.zeros(1, 3, 8, 8, dtype=torch.uint8), TypeError),
+        (torch.zeros(1, 3, 8, 8, dtype=torch.bool), TypeError),
+        ([[0.0]], TypeError),
+        (torch.zeros(3, 8, 8), ValueError),
+    ],
+)
 def test_both_stems_and_image_to_patches_refuse_bad_images(images, error):
     from vit_tutorial.patches import ConvStem
 
-    for fn in (PatchEmbedding(8, 4, dim=8), ConvStem(8, 4, dim=8),
-               lambda x: image_to_patches(x, 4)):
+    for fn in (
+        PatchEmbedding(8, 4, dim=8),
+        ConvStem(8, 4, dim=8),
+        lambda x: image_to_patches(x, 4),
+    ):
         with pytest.raises(error):
             fn(images)
 

@@ -233,7 +233,9 @@ def test_resize_returns_input_when_grids_equal():
     assert resize_pos_embed(pe, 14, (14, 14)) is pe
 
 
-@pytest.mark.parametrize(("old", "new"), [((14, 14), (16, 16)), ((14, 14), (7, 9)), ((6, 8), (12, 5))])
+@pytest.mark.parametrize(
+    ("old", "new"), [((14, 14), (16, 16)), ((14, 14), (7, 9)), ((6, 8), (12, 5))]
+)
 def test_resize_matches_timm(old, new):
     pos_embed = pytest.importorskip("timm.layers.pos_embed")
     pe = torch.randn(1, 1 + old[0] * old[1], 16)
@@ -260,7 +262,9 @@ def test_resize_keeps_the_grid_layout():
 
 
 def test_resize_errors():
-    with pytest.raises(ValueError, match=r"\(1, 50, 8\) does not match old_grid \(14, 14\).*\(1, 197, D\)"):
+    with pytest.raises(
+        ValueError, match=r"\(1, 50, 8\) does not match old_grid \(14, 14\).*\(1, 197, D\)"
+    ):
         resize_pos_embed(torch.randn(1, 50, 8), 14, 16)
     with pytest.raises(ValueError, match=r"expected \(1, 196, D\)"):
         resize_pos_embed(torch.randn(1, 197, 8), 14, 16, num_prefix_tokens=0)
@@ -277,8 +281,13 @@ def heo_axial_reference(x, gh, gw, theta=100.0):
     freqs = 1.0 / theta ** (torch.arange(0, d, 4)[: d // 4].float() / d)
     t = torch.arange(gh * gw).float()
     t_x, t_y = t % gw, torch.div(t, gw, rounding_mode="floor")
-    cis = torch.cat([torch.polar(torch.ones(gh * gw, d // 4), torch.outer(t_x, freqs)),
-                     torch.polar(torch.ones(gh * gw, d // 4), torch.outer(t_y, freqs))], -1)
+    cis = torch.cat(
+        [
+            torch.polar(torch.ones(gh * gw, d // 4), torch.outer(t_x, freqs)),
+            torch.polar(torch.ones(gh * gw, d // 4), torch.outer(t_y, freqs)),
+        ],
+        -1,
+    )
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     return torch.view_as_real(xc * cis).flatten(-2)
 
@@ -297,15 +306,17 @@ def test_rope_dot_product_depends_only_on_2d_offset(mode, grid):
     for n in range(N):
         for m in range(N):
             key = (rows[n] - rows[m]).item(), (cols[n] - cols[m]).item()
-            torch.testing.assert_close(by_offset.setdefault(key, scores[0, :, n, m]),
-                                       scores[0, :, n, m], atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                by_offset.setdefault(key, scores[0, :, n, m]), scores[0, :, n, m], atol=1e-5, rtol=0
+            )
     assert len({round(v[0].item(), 4) for v in by_offset.values()}) > N  # not constant
 
 
 def test_rope_axial_matches_heo_et_al():
     x = torch.randn(2, 3, 20, 32)
-    torch.testing.assert_close(RotaryEmbedding2D(32, (4, 5))(x), heo_axial_reference(x, 4, 5),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        RotaryEmbedding2D(32, (4, 5))(x), heo_axial_reference(x, 4, 5), atol=1e-5, rtol=0
+    )
 
 
 def test_rope_mixed_matches_timm():
@@ -321,8 +332,9 @@ def test_rope_mixed_matches_timm():
 
 def test_rope_axial_is_mixed_with_axis_aligned_frequencies():
     axial = RotaryEmbedding2D(16, 4, num_prefix_tokens=1)
-    mixed = RotaryEmbedding2D(16, 4, num_prefix_tokens=1, mode="mixed", num_heads=1,
-                              temperature=100.0)
+    mixed = RotaryEmbedding2D(
+        16, 4, num_prefix_tokens=1, mode="mixed", num_heads=1, temperature=100.0
+    )
     with torch.no_grad():
         mixed.freqs.copy_(axial.freqs)
     x = torch.randn(2, 1, 17, 16)
@@ -373,7 +385,9 @@ def test_rope_errors():
     with pytest.raises(ValueError, match=r"divisible by 4, got 18"):
         RotaryEmbedding2D(18, 4)
     rope = RotaryEmbedding2D(16, (3, 4), num_prefix_tokens=1)
-    with pytest.raises(ValueError, match=r"\(B, h, 13, 16\) for grid \(3, 4\) with 1 prefix.*\(2, 4, 12, 16\)"):
+    with pytest.raises(
+        ValueError, match=r"\(B, h, 13, 16\) for grid \(3, 4\) with 1 prefix.*\(2, 4, 12, 16\)"
+    ):
         rope(torch.randn(2, 4, 12, 16))
     with pytest.raises(ValueError, match=r"got \(2, 4, 13, 32\)"):
         rope(torch.randn(2, 4, 13, 32))
@@ -413,13 +427,25 @@ def crashes_on_square_grids(grid, dim):
         (rows_only, "encodes only the row"),
         (columns_only, "encodes only the column"),
         (lambda grid, dim: sinusoidal_1d(grid[0] * grid[1], dim), r"flattened index.*\(0, 13\)"),
-        (lambda grid, dim: sinusoidal_2d(grid, dim).roll(grid[1] * 0 + dim // 2, dims=1),
-         "column is in the first half"),
-        (lambda grid, dim: rearrange(sinusoidal_2d(grid, dim), "n (a k two) -> n (a two k)", a=2, two=2),
-         "sines of an axis come before"),
+        (
+            lambda grid, dim: sinusoidal_2d(grid, dim).roll(grid[1] * 0 + dim // 2, dims=1),
+            "column is in the first half",
+        ),
+        (
+            lambda grid, dim: rearrange(
+                sinusoidal_2d(grid, dim), "n (a k two) -> n (a two k)", a=2, two=2
+            ),
+            "sines of an axis come before",
+        ),
         (crashes_on_square_grids, r"crashed on grid_size=\(14, 14\), dim=768.*RuntimeError"),
-        (lambda grid, dim: sinusoidal_2d(grid, dim).reshape(*grid, dim), r"\(196, 768\).*\(14, 14, 768\)"),
-        (lambda grid, dim: sinusoidal_2d(grid, dim, temperature=100.0), "differs from sinusoidal_2d"),
+        (
+            lambda grid, dim: sinusoidal_2d(grid, dim).reshape(*grid, dim),
+            r"\(196, 768\).*\(14, 14, 768\)",
+        ),
+        (
+            lambda grid, dim: sinusoidal_2d(grid, dim, temperature=100.0),
+            "differs from sinusoidal_2d",
+        ),
     ],
 )
 def test_check_sinusoidal_2d_explains_each_mistake(wrong, message):
@@ -446,7 +472,9 @@ def unshifted(grid):
 def wrong_multiplier(grid):
     gh, gw = grid
     rows, cols = grid_coords(gh, gw)
-    return (rows[:, None] - rows[None] + gh - 1) * (2 * gh - 1) + (cols[:, None] - cols[None] + gw - 1)
+    return (rows[:, None] - rows[None] + gh - 1) * (2 * gh - 1) + (
+        cols[:, None] - cols[None] + gw - 1
+    )
 
 
 def flattened_offset(grid):
@@ -500,9 +528,16 @@ def test_learned_embedding_resamples_for_another_grid():
     assert torch.equal(pos(torch.zeros(1, 17, 8), (4, 4)), pos.weight.detach().expand(1, 17, 8))
 
 
-@pytest.mark.parametrize("kwargs", [dict(grid_size=0), dict(grid_size=(4, -1)),
-                                    dict(num_prefix_tokens=-1), dict(num_heads=0),
-                                    dict(temperature=0.0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(grid_size=0),
+        dict(grid_size=(4, -1)),
+        dict(num_prefix_tokens=-1),
+        dict(num_heads=0),
+        dict(temperature=0.0),
+    ],
+)
 def test_rope_refuses_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         RotaryEmbedding2D(**{"head_dim": 8, "grid_size": 4, **kwargs})

@@ -28,15 +28,23 @@ from vit_tutorial.positional import (
 )
 from vit_tutorial.vit import VisionTransformer
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
-                    database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 #: Anything a learner might pass where a small positive integer is expected.
 ANY = st.one_of(
-    st.integers(-3, 9), st.floats(allow_nan=True, allow_infinity=True),
-    st.booleans(), st.none(), st.text(max_size=3),
-    st.tuples(st.integers(-2, 9), st.integers(-2, 9)), st.lists(st.integers(0, 4), max_size=3),
+    st.integers(-3, 9),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+    st.tuples(st.integers(-2, 9), st.integers(-2, 9)),
+    st.lists(st.integers(0, 4), max_size=3),
 )
 SMALL_INT = st.one_of(st.integers(1, 8), ANY)
 RATE = st.one_of(st.floats(0, 0.9), ANY)
@@ -47,8 +55,13 @@ def refused_clearly(error: Exception, **arguments) -> bool:
     if not isinstance(error, (TypeError, ValueError)):
         return False
     message = str(error)
-    return any(name in message or name.replace("_", " ") in message or repr(value) in message
-               or str(value) in message for name, value in arguments.items())
+    return any(
+        name in message
+        or name.replace("_", " ") in message
+        or repr(value) in message
+        or str(value) in message
+        for name, value in arguments.items()
+    )
 
 
 def call(fn, **arguments):
@@ -61,13 +74,19 @@ def call(fn, **arguments):
 
 
 @SETTINGS
-@given(image_size=st.one_of(st.sampled_from([8, 12, (8, 12)]), ANY),
-       patch_size=st.one_of(st.sampled_from([2, 4, (4, 2)]), ANY),
-       dim=st.one_of(st.sampled_from([8, 16]), ANY), depth=st.one_of(st.just(1), ANY),
-       num_heads=st.one_of(st.sampled_from([1, 2, 4]), ANY),
-       mlp_ratio=st.one_of(st.floats(0.1, 4), ANY), dropout=RATE, drop_path=RATE,
-       norm_eps=st.one_of(st.just(1e-6), ANY), pool=st.sampled_from(["cls", "mean", "max"]),
-       pos_embed=st.sampled_from(["learned", "sincos2d", "relative", "none", "rope"]))
+@given(
+    image_size=st.one_of(st.sampled_from([8, 12, (8, 12)]), ANY),
+    patch_size=st.one_of(st.sampled_from([2, 4, (4, 2)]), ANY),
+    dim=st.one_of(st.sampled_from([8, 16]), ANY),
+    depth=st.one_of(st.just(1), ANY),
+    num_heads=st.one_of(st.sampled_from([1, 2, 4]), ANY),
+    mlp_ratio=st.one_of(st.floats(0.1, 4), ANY),
+    dropout=RATE,
+    drop_path=RATE,
+    norm_eps=st.one_of(st.just(1e-6), ANY),
+    pool=st.sampled_from(["cls", "mean", "max"]),
+    pos_embed=st.sampled_from(["learned", "sincos2d", "relative", "none", "rope"]),
+)
 def test_vision_transformer_builds_and_runs_or_refuses(**fields):
     model = call(VisionTransformer, in_channels=1, num_classes=3, **fields)
     if model is not None:
@@ -76,9 +95,13 @@ def test_vision_transformer_builds_and_runs_or_refuses(**fields):
 
 
 @SETTINGS
-@given(image_size=st.one_of(st.just(8), ANY), patch_size=st.one_of(st.just(2), ANY),
-       dim=st.one_of(st.just(8), ANY), num_heads=st.one_of(st.just(2), ANY),
-       pos_embed=st.sampled_from(["learned", "sincos2d", "none"]))
+@given(
+    image_size=st.one_of(st.just(8), ANY),
+    patch_size=st.one_of(st.just(2), ANY),
+    dim=st.one_of(st.just(8), ANY),
+    num_heads=st.one_of(st.just(2), ANY),
+    pos_embed=st.sampled_from(["learned", "sincos2d", "none"]),
+)
 def test_axial_vit_builds_and_runs_or_refuses(**fields):
     model = call(AxialViT, in_channels=1, num_classes=3, depth=1, **fields)
     if model is not None:
@@ -87,20 +110,31 @@ def test_axial_vit_builds_and_runs_or_refuses(**fields):
 
 
 @SETTINGS
-@given(dim=SMALL_INT, num_heads=SMALL_INT, mlp_ratio=st.one_of(st.floats(0.1, 4), ANY),
-       drop_path=RATE, norm_eps=st.one_of(st.just(1e-5), ANY))
+@given(
+    dim=SMALL_INT,
+    num_heads=SMALL_INT,
+    mlp_ratio=st.one_of(st.floats(0.1, 4), ANY),
+    drop_path=RATE,
+    norm_eps=st.one_of(st.just(1e-5), ANY),
+)
 def test_encoder_block_builds_and_runs_or_refuses(**arguments):
     block = call(EncoderBlock, **arguments)
     if block is not None:
         x = torch.randn(2, 3, arguments["dim"])
         assert block(x).shape == x.shape
-        assert call(MultiHeadSelfAttention, dim=arguments["dim"],
-                    num_heads=arguments["num_heads"]) is not None
+        assert (
+            call(MultiHeadSelfAttention, dim=arguments["dim"], num_heads=arguments["num_heads"])
+            is not None
+        )
 
 
 @SETTINGS
-@given(image_size=st.one_of(st.just(8), ANY), patch_size=SMALL_INT, dim=SMALL_INT,
-       in_channels=SMALL_INT)
+@given(
+    image_size=st.one_of(st.just(8), ANY),
+    patch_size=SMALL_INT,
+    dim=SMALL_INT,
+    in_channels=SMALL_INT,
+)
 def test_patch_embedding_and_patches_or_refuse(**arguments):
     embed = call(PatchEmbedding, **arguments)
     if embed is not None:
@@ -113,8 +147,12 @@ def test_patch_embedding_and_patches_or_refuse(**arguments):
 
 
 @SETTINGS
-@given(num_positions=SMALL_INT, grid_size=SMALL_INT, dim=st.one_of(st.sampled_from([4, 8]), ANY),
-       temperature=st.one_of(st.just(10000.0), ANY))
+@given(
+    num_positions=SMALL_INT,
+    grid_size=SMALL_INT,
+    dim=st.one_of(st.sampled_from([4, 8]), ANY),
+    temperature=st.one_of(st.just(10000.0), ANY),
+)
 def test_sinusoidal_tables_or_refuse(num_positions, grid_size, dim, temperature):
     table = call(sinusoidal_1d, num_positions=num_positions, dim=dim, temperature=temperature)
     if table is not None:
@@ -125,16 +163,30 @@ def test_sinusoidal_tables_or_refuse(num_positions, grid_size, dim, temperature)
 
 
 @SETTINGS
-@given(grid_size=SMALL_INT, num_heads=SMALL_INT, num_prefix_tokens=st.one_of(st.just(1), ANY),
-       head_dim=st.one_of(st.just(8), ANY), new_grid=SMALL_INT)
-def test_relative_rope_and_resize_or_refuse(grid_size, num_heads, num_prefix_tokens, head_dim,
-                                            new_grid):
-    bias = call(RelativePositionBias, grid_size=grid_size, num_heads=num_heads,
-                num_prefix_tokens=num_prefix_tokens)
+@given(
+    grid_size=SMALL_INT,
+    num_heads=SMALL_INT,
+    num_prefix_tokens=st.one_of(st.just(1), ANY),
+    head_dim=st.one_of(st.just(8), ANY),
+    new_grid=SMALL_INT,
+)
+def test_relative_rope_and_resize_or_refuse(
+    grid_size, num_heads, num_prefix_tokens, head_dim, new_grid
+):
+    bias = call(
+        RelativePositionBias,
+        grid_size=grid_size,
+        num_heads=num_heads,
+        num_prefix_tokens=num_prefix_tokens,
+    )
     if bias is not None:
         assert bias().shape[0] == num_heads
-    rope = call(RotaryEmbedding2D, head_dim=head_dim, grid_size=grid_size,
-                num_prefix_tokens=num_prefix_tokens)
+    rope = call(
+        RotaryEmbedding2D,
+        head_dim=head_dim,
+        grid_size=grid_size,
+        num_prefix_tokens=num_prefix_tokens,
+    )
     if rope is not None:
         gh, gw = rope.grid_size
         x = torch.randn(1, 1, num_prefix_tokens + gh * gw, head_dim)
@@ -146,8 +198,13 @@ def test_relative_rope_and_resize_or_refuse(grid_size, num_heads, num_prefix_tok
 
 
 @SETTINGS
-@given(p=RATE, depth=SMALL_INT, grid_size=SMALL_INT, dim=SMALL_INT,
-       axis=st.sampled_from(["height", "width", "depth"]))
+@given(
+    p=RATE,
+    depth=SMALL_INT,
+    grid_size=SMALL_INT,
+    dim=SMALL_INT,
+    axis=st.sampled_from(["height", "width", "depth"]),
+)
 def test_small_functions_or_refuse(p, depth, grid_size, dim, axis):
     out = call(drop_path, x=torch.ones(4, 2), p=p, training=True)
     if out is not None:

@@ -10,8 +10,9 @@ from vit_tutorial.vit import VisionTransformer
 def test_presets_build_valid_models():
     for name, recipe in RECIPES.items():
         size, channels = (8, 1) if recipe.dataset == "digits" else (32, 3)
-        model = VisionTransformer(image_size=size, in_channels=channels, num_classes=10,
-                                  **recipe.model)
+        model = VisionTransformer(
+            image_size=size, in_channels=channels, num_classes=10, **recipe.model
+        )
         assert model(torch.zeros(2, channels, size, size)).shape == (2, 10), name
     assert RECIPES["digits"].model["stem"] == "conv"  # the target recipe is the hybrid ViT
 
@@ -29,9 +30,10 @@ def test_unknown_preset_in_python_raises():
         train_recipe("nope")
 
 
-@pytest.mark.parametrize("override", [{"epochs": 0}, {"lr": 0.0}, {"batch_size": 0},
-                                      {"batch_size": -1}])
+@pytest.mark.parametrize(
+    "override", [{"epochs": 0}, {"lr": 0.0}, {"batch_size": 0}, {"batch_size": -1}]
+)
 def test_zero_or_negative_overrides_are_refused_not_replaced_by_the_preset(override):
-    (name, value), = override.items()
+    ((name, value),) = override.items()
     with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}"):
         train_recipe("digits-tiny", progress=False, **override)

@@ -62,9 +62,16 @@ def test_huge_count_equals_torchvision_on_meta():
 
 
 def test_presets_are_the_papers_table():
-    assert sorted(PRESETS) == sorted([
-        "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
-        "vit_base_patch32_224", "vit_large_patch16_224", "vit_huge_patch14_224"])
+    assert sorted(PRESETS) == sorted(
+        [
+            "vit_tiny_patch16_224",
+            "vit_small_patch16_224",
+            "vit_base_patch16_224",
+            "vit_base_patch32_224",
+            "vit_large_patch16_224",
+            "vit_huge_patch14_224",
+        ]
+    )
     table = {name: (c.dim, c.depth, c.num_heads, c.patch_size) for name, c in PRESETS.items()}
     assert table["vit_base_patch16_224"] == (768, 12, 12, 16)
     assert table["vit_large_patch16_224"] == (1024, 24, 16, 16)
@@ -231,8 +238,9 @@ def test_without_position_and_class_token_the_model_ignores_patch_order():
     model = with_random_head(small(pos_embed="none", pool="mean")).eval()
     images = torch.randn(2, 3, 32, 32)
     patches = rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) c p1 p2", p1=8, p2=8)
-    shuffled = rearrange(patches[:, torch.randperm(16)], "b (gh gw) c p1 p2 -> b c (gh p1) (gw p2)",
-                         gh=4)
+    shuffled = rearrange(
+        patches[:, torch.randperm(16)], "b (gh gw) c p1 p2 -> b c (gh p1) (gw p2)", gh=4
+    )
     torch.testing.assert_close(model(shuffled), model(images), atol=1e-5, rtol=0)
     learned = with_random_head(small(pool="mean")).eval()
     assert not torch.allclose(learned(shuffled), learned(images), atol=1e-4)
@@ -258,7 +266,9 @@ def test_dropout_only_in_training():
 
 
 def test_wrong_image_size_names_both_sizes():
-    with pytest.raises(ValueError, match=r"expected image size \(32, 32\), got \(48, 32\).*dynamic"):
+    with pytest.raises(
+        ValueError, match=r"expected image size \(32, 32\), got \(48, 32\).*dynamic"
+    ):
         small()(torch.randn(1, 3, 48, 32))
 
 
@@ -292,8 +302,16 @@ def test_dynamic_image_size_resamples_the_position_embedding(pos_embed):
 
 @pytest.mark.parametrize("patch_size", [1, 2, 4])
 def test_conv_stem_on_tiny_digits(patch_size):
-    model = VisionTransformer(image_size=8, patch_size=patch_size, in_channels=1, dim=32, depth=1,
-                              num_heads=2, num_classes=10, stem="conv")
+    model = VisionTransformer(
+        image_size=8,
+        patch_size=patch_size,
+        in_channels=1,
+        dim=32,
+        depth=1,
+        num_heads=2,
+        num_classes=10,
+        stem="conv",
+    )
     grid = 8 // patch_size
     assert model.grid_size == (grid, grid)
     assert model.patch_embed(torch.randn(3, 1, 8, 8)).shape == (3, grid * grid, 32)
@@ -408,10 +426,20 @@ def test_vit_flops_equals_flop_counter_on_the_meta_device():
 
     from vit_tutorial.vit import vit_flops
 
-    configs = [PRESETS["vit_base_patch32_224"],
-               ViTConfig(**SMALL), ViTConfig(**{**SMALL, "pool": "mean"}),
-               ViTConfig(image_size=(32, 48), patch_size=(8, 16), dim=32, depth=2,
-                         num_heads=2, num_classes=7, mlp_ratio=3.0)]
+    configs = [
+        PRESETS["vit_base_patch32_224"],
+        ViTConfig(**SMALL),
+        ViTConfig(**{**SMALL, "pool": "mean"}),
+        ViTConfig(
+            image_size=(32, 48),
+            patch_size=(8, 16),
+            dim=32,
+            depth=2,
+            num_heads=2,
+            num_classes=7,
+            mlp_ratio=3.0,
+        ),
+    ]
     for config in configs:
         with torch.device("meta"):
             model = VisionTransformer(config)
@@ -448,8 +476,12 @@ def test_attention_rollout_matches_a_loop_and_checks_arguments():
 def test_position_encoding_is_one_attribute_per_option():
     from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
 
-    kinds = {"learned": LearnedPositionalEmbedding, "sincos2d": SinusoidalEmbedding2D,
-             "relative": nn.ModuleList, "none": type(None)}
+    kinds = {
+        "learned": LearnedPositionalEmbedding,
+        "sincos2d": SinusoidalEmbedding2D,
+        "relative": nn.ModuleList,
+        "none": type(None),
+    }
     for pos_embed, kind in kinds.items():
         model = VisionTransformer(**{**SMALL, "pos_embed": pos_embed})
         assert isinstance(model.pos_embed, kind)
@@ -457,21 +489,35 @@ def test_position_encoding_is_one_attribute_per_option():
         assert not names & {"pos_sincos", "rel_pos"}
 
 
-@pytest.mark.parametrize("field, value, error", [
-    ("dim", 64.0, TypeError), ("depth", "2", TypeError), ("num_classes", True, TypeError),
-    ("norm_eps", -1e-6, ValueError), ("mlp_ratio", 0.001, ValueError),
-    ("num_heads", 3, ValueError), ("image_size", (32, 30), ValueError),
-])
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("dim", 64.0, TypeError),
+        ("depth", "2", TypeError),
+        ("num_classes", True, TypeError),
+        ("norm_eps", -1e-6, ValueError),
+        ("mlp_ratio", 0.001, ValueError),
+        ("num_heads", 3, ValueError),
+        ("image_size", (32, 30), ValueError),
+    ],
+)
 def test_config_refuses_bad_values_naming_the_field(field, value, error):
     with pytest.raises(error, match=field.split("_")[0] if field != "num_heads" else "num_heads"):
         ViTConfig(**{**SMALL, field: value})
 
 
-@pytest.mark.parametrize("images, error, match", [
-    (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), TypeError, "floating point, got torch.uint8"),
-    (torch.zeros(1, 3, 32, 32, dtype=torch.bool), TypeError, "floating point, got torch.bool"),
-    (torch.zeros(1, 3, 32, 32, dtype=torch.long), TypeError, "floating point, got torch.int64"),
-])
+@pytest.mark.parametrize(
+    "images, error, match",
+    [
+        (
+            torch.zeros(1, 3, 32, 32, dtype=torch.uint8),
+            TypeError,
+            "floating point, got torch.uint8",
+        ),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.bool), TypeError, "floating point, got torch.bool"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.long), TypeError, "floating point, got torch.int64"),
+    ],
+)
 def test_bad_image_dtypes_are_refused(images, error, match):
     with pytest.raises(error, match=match):
         VisionTransformer(**SMALL)(images)

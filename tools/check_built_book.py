@@ -42,7 +42,9 @@ def check(html: Path) -> list[str]:
             problems.append(f"{path.relative_to(html)} loads {url} from the network")
         if "$$" in text or "\\(" in text or "\\[" in text:
             if "_static/mathjax/tex-chtml.js" not in text:
-                problems.append(f"{path.relative_to(html)} has math but does not load local MathJax")
+                problems.append(
+                    f"{path.relative_to(html)} has math but does not load local MathJax"
+                )
     api = (html / "book" / "api.html").read_text(encoding="utf-8")
     if "vit_tutorial.attention.MultiHeadSelfAttention" not in api:
         problems.append("the API page lacks vit_tutorial.attention.MultiHeadSelfAttention")
@@ -57,12 +59,27 @@ def typeset_offline(page: Path) -> int | None:
         return None
     with tempfile.TemporaryDirectory() as profile:
         dom = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-             f"--user-data-dir={profile}", "--virtual-time-budget=15000",
-             "--allow-file-access-from-files", "--dump-dom", page.resolve().as_uri()],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--proxy-server=127.0.0.1:9",
+                "--proxy-bypass-list=<-loopback>",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=15000",
+                "--allow-file-access-from-files",
+                "--dump-dom",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         ).stdout
     return dom.count("<mjx-container")
 
@@ -81,4 +98,6 @@ if __name__ == "__main__":
     if problems:
         print("check_built_book: FAILED\n - " + "\n - ".join(problems))
         sys.exit(1)
-    print(f"check_built_book: {len(pages_from_toc())} pages present, MathJax served locally, no CDN")
+    print(
+        f"check_built_book: {len(pages_from_toc())} pages present, MathJax served locally, no CDN"
+    )

@@ -19,8 +19,12 @@ def coalesce_streams(nb: nbformat.NotebookNode) -> None:
     for cell in nb.cells:
         merged = []
         for out in cell.get("outputs", []):
-            if (merged and out.output_type == "stream" and merged[-1].output_type == "stream"
-                    and merged[-1].name == out.name):
+            if (
+                merged
+                and out.output_type == "stream"
+                and merged[-1].output_type == "stream"
+                and merged[-1].name == out.name
+            ):
                 merged[-1].text += out.text
             else:
                 merged.append(out)
@@ -32,8 +36,13 @@ def execute(path: Path, timeout: int = 1200) -> float:
     """Run every cell of ``path`` in a fresh kernel and write the outputs back; return seconds."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     seconds = time.perf_counter() - start
     coalesce_streams(nb)
     tmp = path.with_suffix(".ipynb.tmp")

@@ -14,23 +14,13 @@ from vit_tutorial.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from vit_tutorial.axial import (
-    AxialAttention,
-    AxialEncoderBlock,
-    AxialViT,
-    AxialViTConfig,
-)
+from vit_tutorial.axial import AxialAttention, AxialEncoderBlock, AxialViT, AxialViTConfig
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import DataSplits, digits_datasets
 from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock
 from vit_tutorial.engine import evaluate, fit, predict
 from vit_tutorial.interop import from_timm, from_torchvision
-from vit_tutorial.patches import (
-    ConvStem,
-    PatchEmbedding,
-    image_to_patches,
-    patches_to_image,
-)
+from vit_tutorial.patches import ConvStem, PatchEmbedding, image_to_patches, patches_to_image
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -51,5 +41,8 @@ from vit_tutorial.vit import (
 
 __version__ = "0.1.0"
 
-__all__ = sorted(name for name, value in globals().items()
-                 if not name.startswith("_") and not isinstance(value, _ModuleType))
+__all__ = sorted(
+    name
+    for name, value in globals().items()
+    if not name.startswith("_") and not isinstance(value, _ModuleType)
+)

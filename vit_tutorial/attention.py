@@ -42,15 +42,19 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a tensor or None, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"mask must be bool (True = may attend) or floating point (added to "
-                        f"the scores), got {mask.dtype}")
+        raise TypeError(
+            f"mask must be bool (True = may attend) or floating point (added to "
+            f"the scores), got {mask.dtype}"
+        )
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
     except RuntimeError:
         shape = None
     if shape != torch.Size(scores_shape):
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the "
-                         f"attention scores (..., N, M) = {tuple(scores_shape)}")
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the "
+            f"attention scores (..., N, M) = {tuple(scores_shape)}"
+        )
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -74,8 +78,10 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
         tensor([1., 1.])
     """
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys need the same head width d, got q "
-                         f"{tuple(q.shape)} and k {tuple(k.shape)}")
+        raise ValueError(
+            f"queries and keys need the same head width d, got q "
+            f"{tuple(q.shape)} and k {tuple(k.shape)}"
+        )
     scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., N, M)
     check_mask(mask, scores.shape)
     if mask is not None and mask.dtype == torch.bool:
@@ -109,8 +115,10 @@ def scaled_dot_product_attention(
         (torch.Size([1, 3, 4]), tensor([0.3333, 0.3333, 0.3333]))
     """
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"keys and values need the same number of tokens, got k "
-                         f"{tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(
+            f"keys and values need the same number of tokens, got k "
+            f"{tuple(k.shape)} and v {tuple(v.shape)}"
+        )
     weights = attention_weights(q, k, mask)  # (..., N, M)
     return weights @ v, weights
 
@@ -143,16 +151,24 @@ class MultiHeadSelfAttention(nn.Module):
         (torch.Size([2, 10, 64]), torch.Size([2, 4, 10, 10]))
     """
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True,
-                 attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        attn_dropout: float = 0.0,
+        proj_dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         check_int("dim", dim), check_int("num_heads", num_heads), check_bool("qkv_bias", qkv_bias)
         for name, p in [("attn_dropout", attn_dropout), ("proj_dropout", proj_dropout)]:
             check_real(name, p, 0.0, 1.0, high_open=True)
         if dim % num_heads != 0:
             divisors = [h for h in range(1, min(dim, 16) + 1) if dim % h == 0]
-            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
-                             f"try num_heads in {divisors}")
+            raise ValueError(
+                f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
+                f"try num_heads in {divisors}"
+            )
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
@@ -160,21 +176,23 @@ class MultiHeadSelfAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_dropout = nn.Dropout(proj_dropout)
 
-    def _heads(self, x: Tensor, attn_bias: Tensor | None,
-               rope: Callable[[Tensor], Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _heads(
+        self, x: Tensor, attn_bias: Tensor | None, rope: Callable[[Tensor], Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(B, h, N, d)`` of tokens ``x`` ``(B, N, D)``."""
         if not isinstance(x, Tensor):
             raise TypeError(f"expected a tensor of tokens (B, N, D), got {type(x).__name__}")
         if x.dim() != 3:
-            raise ValueError(f"expected tokens of shape (B, N, D), got {x.dim()}-D "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"expected tokens of shape (B, N, D), got {x.dim()}-D {tuple(x.shape)}"
+            )
         if x.shape[-1] != self.dim:
-            raise ValueError(f"expected last dimension dim={self.dim}, got {x.shape[-1]} "
-                             f"(x is {tuple(x.shape)})")
+            raise ValueError(
+                f"expected last dimension dim={self.dim}, got {x.shape[-1]} (x is {tuple(x.shape)})"
+            )
         N = x.shape[1]
         check_mask(attn_bias, (x.shape[0], self.num_heads, N, N))
-        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3,
-                        h=self.num_heads)
+        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         q, k, v = qkv.unbind(0)  # each (B, h, N, d)
         if rope is not None:
             q, k = rope(q), rope(k)
@@ -184,8 +202,12 @@ class MultiHeadSelfAttention(nn.Module):
         """Merge the heads ``(B, h, N, d) -> (B, N, D)`` and project."""
         return self.proj_dropout(self.proj(rearrange(out, "b h n d -> b n (h d)")))
 
-    def forward(self, x: Tensor, attn_bias: Tensor | None = None,
-                rope: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        attn_bias: Tensor | None = None,
+        rope: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
         """Attend: tokens ``(B, N, D)`` in, tokens ``(B, N, D)`` out.
 
         Args:
@@ -201,13 +223,17 @@ class MultiHeadSelfAttention(nn.Module):
         if attn_bias is not None and attn_bias.is_floating_point():
             attn_bias = attn_bias.to(q.dtype)
         dropout_p = self.attn_dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias,
-                                             dropout_p=dropout_p)  # (B, h, N, d)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_bias, dropout_p=dropout_p
+        )  # (B, h, N, d)
         return self._merge(out)
 
-    def forward_with_weights(self, x: Tensor, attn_bias: Tensor | None = None,
-                             rope: Callable[[Tensor], Tensor] | None = None
-                             ) -> tuple[Tensor, Tensor]:
+    def forward_with_weights(
+        self,
+        x: Tensor,
+        attn_bias: Tensor | None = None,
+        rope: Callable[[Tensor], Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """The explicit path: the output ``(B, N, D)`` and the weights ``(B, h, N, N)``.
 
         Takes the same arguments as :meth:`forward` and returns the same output.

@@ -38,8 +38,15 @@ from vit_tutorial.positional import (
 )
 from vit_tutorial.vit import TransformerConfig
 
-__all__ = ["AxialAttention", "AxialEncoderBlock", "AxialViTConfig", "AxialViT", "axial_mask",
-           "along_axis", "attention_flops"]
+__all__ = [
+    "AxialAttention",
+    "AxialEncoderBlock",
+    "AxialViTConfig",
+    "AxialViT",
+    "axial_mask",
+    "along_axis",
+    "attention_flops",
+]
 
 AXES = ("height", "width")
 # einops patterns folding the other axis into the batch: one sequence per column (height)
@@ -50,8 +57,9 @@ _UNFOLD = {"height": "b gw gh d -> b gh gw d", "width": "b gh gw d -> b gh gw d"
 
 def _check_axis(axis: str) -> None:
     if axis not in AXES:
-        raise ValueError(f"axis must be 'height' (attend along columns) or 'width' (along "
-                         f"rows), got {axis!r}")
+        raise ValueError(
+            f"axis must be 'height' (attend along columns) or 'width' (along rows), got {axis!r}"
+        )
 
 
 def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
@@ -102,13 +110,19 @@ class AxialAttention(nn.Module):
         torch.Size([2, 6, 9, 32])
     """
 
-    def __init__(self, dim: int, num_heads: int, axis: str, qkv_bias: bool = True,
-                 attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        axis: str,
+        qkv_bias: bool = True,
+        attn_dropout: float = 0.0,
+        proj_dropout: float = 0.0,
+    ) -> None:
         _check_axis(axis)
         super().__init__()
         self.axis = axis
-        self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout,
-                                           proj_dropout)
+        self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
 
     @property
     def fused(self) -> bool:
@@ -121,8 +135,10 @@ class AxialAttention(nn.Module):
 
     def _check(self, x: Tensor) -> None:
         if isinstance(x, Tensor) and x.dim() == 4 and x.shape[-1] != self.attn.dim:
-            raise ValueError(f"expected last dimension dim={self.attn.dim}, got "
-                             f"{x.shape[-1]} (x is {tuple(x.shape)})")
+            raise ValueError(
+                f"expected last dimension dim={self.attn.dim}, got "
+                f"{x.shape[-1]} (x is {tuple(x.shape)})"
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         """Attend along ``self.axis``: a grid ``(B, Gh, Gw, D)`` in, the same shape out."""
@@ -179,9 +195,17 @@ class AxialEncoderBlock(nn.Module):
         torch.Size([2, 4, 6, 32])
     """
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
-                 dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
-                 norm_eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        drop_path: float = 0.0,
+        norm_eps: float = 1e-6,
+    ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn_height = AxialAttention(dim, num_heads, "height", qkv_bias, attn_dropout, dropout)
@@ -252,7 +276,8 @@ class AxialViT(nn.Module):
         self.pos_drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             AxialEncoderBlock(c.dim, c.num_heads, drop_path=rate, **c.block_options())
-            for rate in drop_path_rates(c.drop_path, c.depth))
+            for rate in drop_path_rates(c.drop_path, c.depth)
+        )
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)
         self.apply(init_weights)

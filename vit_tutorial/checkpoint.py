@@ -24,8 +24,18 @@ from torch.optim.lr_scheduler import LRScheduler
 
 __all__ = ["unwrap_model", "save_checkpoint", "load_checkpoint"]
 
-_KEYS = ("model", "config", "optimizer", "scheduler", "scaler", "epoch", "history", "extra",
-         "rng", "sha256")
+_KEYS = (
+    "model",
+    "config",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "epoch",
+    "history",
+    "extra",
+    "rng",
+    "sha256",
+)
 _EXPECTED = "a checkpoint written by vit_tutorial's save_checkpoint"
 _PAIRS = ("image_size", "patch_size")  # config fields where 4 means (4, 4)
 
@@ -40,12 +50,16 @@ def _model_config(model: nn.Module) -> dict[str, Any] | None:
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
 
 
-def save_checkpoint(path: str | Path, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: LRScheduler | None = None,
-                    scaler: torch.amp.GradScaler | None = None, epoch: int = 0,
-                    history: dict[str, list] | None = None,
-                    extra: dict[str, Any] | None = None) -> None:
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: LRScheduler | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    epoch: int = 0,
+    history: dict[str, list] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
 
     It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
@@ -68,8 +82,10 @@ def save_checkpoint(path: str | Path, model: nn.Module,
         "epoch": epoch,
         "history": _plain(history or {}, "history"),
         "extra": _plain(extra or {}, "extra"),
-        "rng": {"cpu": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "rng": {
+            "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
     }
     state["sha256"] = _sha256(state)
     _write_atomically(Path(path), state)
@@ -82,13 +98,17 @@ def _plain(value: Any, where: str) -> Any:
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, dict):
-        return {_plain(key, f"{where} key {key!r}"): _plain(item, f"{where}[{key!r}]")
-                for key, item in value.items()}
+        return {
+            _plain(key, f"{where} key {key!r}"): _plain(item, f"{where}[{key!r}]")
+            for key, item in value.items()
+        }
     if type(value) in (list, tuple):
         return type(value)(_plain(item, f"{where}[{i}]") for i, item in enumerate(value))
-    raise TypeError(f"{where} is a {type(value).__name__} ({value!r:.60}): a checkpoint holds "
-                    "only tensors, numbers, strings, None, and lists, tuples and dicts of them, "
-                    "so that torch.load(weights_only=True) can read it back")
+    raise TypeError(
+        f"{where} is a {type(value).__name__} ({value!r:.60}): a checkpoint holds "
+        "only tensors, numbers, strings, None, and lists, tuples and dicts of them, "
+        "so that torch.load(weights_only=True) can read it back"
+    )
 
 
 def _sha256(state: dict[str, Any]) -> str:
@@ -129,11 +149,14 @@ def _write_atomically(path: Path, state: dict[str, Any]) -> None:
         raise
 
 
-def load_checkpoint(path: str | Path, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: LRScheduler | None = None,
-                    scaler: torch.amp.GradScaler | None = None,
-                    restore_rng: bool = True) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: LRScheduler | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others).
 
     Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``,
@@ -170,21 +193,26 @@ def _read(path: Path) -> dict[str, Any]:
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except Exception as error:  # garbage fails in many ways: OSError, EOFError, KeyError...
-        raise ValueError(f"{path} cannot be read by torch.load(weights_only=True): it is "
-                         f"truncated, or not {_EXPECTED} ({type(error).__name__}: {error})"
-                         ) from error
+        raise ValueError(
+            f"{path} cannot be read by torch.load(weights_only=True): it is "
+            f"truncated, or not {_EXPECTED} ({type(error).__name__}: {error})"
+        ) from error
     if not isinstance(state, dict):
         raise ValueError(f"{path} holds a {type(state).__name__}, not {_EXPECTED}")
     missing = [key for key in _KEYS if key not in state]
     if missing and state and all(isinstance(v, torch.Tensor) for v in state.values()):
         keys = ", ".join(repr(key) for key in list(state)[:2])
-        raise ValueError(f"{path} is a plain state dict (keys {keys}, ...), not {_EXPECTED}: "
-                         "load it with model.load_state_dict(torch.load(path))")
+        raise ValueError(
+            f"{path} is a plain state dict (keys {keys}, ...), not {_EXPECTED}: "
+            "load it with model.load_state_dict(torch.load(path))"
+        )
     if missing:
         raise ValueError(f"{path} lacks {sorted(missing)}: it is not {_EXPECTED}")
     if _sha256(state) != state["sha256"]:
-        raise ValueError(f"{path} is corrupted: the SHA-256 of its contents differs from the "
-                         "one saved with it (a damaged copy, or a file edited by hand)")
+        raise ValueError(
+            f"{path} is corrupted: the SHA-256 of its contents differs from the "
+            "one saved with it (a damaged copy, or a file edited by hand)"
+        )
     return state
 
 
@@ -200,14 +228,19 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_config(path: str | Path, saved: dict[str, Any] | None,
-                  current: dict[str, Any] | None) -> None:
+def _check_config(
+    path: str | Path, saved: dict[str, Any] | None, current: dict[str, Any] | None
+) -> None:
     """ValueError listing each field where the checkpoint's config differs from the model's."""
     if saved is None or current is None:
         return
     a, b = _comparable(saved), _comparable(current)
-    diffs = [f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
-             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    diffs = [
+        f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
     if diffs:
-        raise ValueError(f"checkpoint {path} was saved from a different model config: "
-                         + "; ".join(diffs))
+        raise ValueError(
+            f"checkpoint {path} was saved from a different model config: " + "; ".join(diffs)
+        )

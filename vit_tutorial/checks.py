@@ -22,15 +22,21 @@ def check_int(name: str, value: object, minimum: int = 1) -> int:
         ValueError: depth must be at least 1, got 0
     """
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return int(value)
 
 
-def check_real(name: str, value: object, low: float = -math.inf, high: float = math.inf,
-               *, low_open: bool = False, high_open: bool = False) -> float:
+def check_real(
+    name: str,
+    value: object,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """``value`` as a finite float in the interval from ``low`` to ``high``.
 
     ``low_open``/``high_open`` exclude the bound. NaN and infinities are refused.
@@ -42,8 +48,7 @@ def check_real(name: str, value: object, low: float = -math.inf, high: float = m
         ValueError: dropout must be in [0, 1), got 1.0
     """
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a real number, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
     value = float(value)
     too_low = value <= low if low_open else value < low
     too_high = value >= high if high_open else value > high

@@ -60,8 +60,15 @@ class DataSplits:
     std: tuple[float, ...] = field(default=(1.0,))
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int = 0,
-                num_workers: int = 0, drop_last: bool = False) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int = 0,
+    num_workers: int = 0,
+    drop_last: bool = False,
+) -> DataLoader:
     """A DataLoader whose order depends only on ``(seed, epoch)``.
 
     With ``shuffle=True`` the loader uses a :class:`~torch.utils.data.DistributedSampler`
@@ -98,9 +105,15 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int =
             seed=seed,
             drop_last=drop_last,
         )
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=False,
-                      num_workers=num_workers, drop_last=drop_last,
-                      persistent_workers=num_workers > 0)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        shuffle=False,
+        num_workers=num_workers,
+        drop_last=drop_last,
+        persistent_workers=num_workers > 0,
+    )
 
 
 def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 0.2) -> DataSplits:
@@ -132,7 +145,9 @@ def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)  # (B, 1, 8, 8)
     labels = torch.tensor(digits.target, dtype=torch.long)
     train_idx, test_idx = train_test_split(
-        torch.arange(len(labels)).numpy(), test_size=test_fraction, stratify=labels.numpy(),
+        torch.arange(len(labels)).numpy(),
+        test_size=test_fraction,
+        stratify=labels.numpy(),
         random_state=0,
     )
     train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
@@ -141,11 +156,16 @@ def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 
     train = TensorDataset(images[train_idx], labels[train_idx])
     test = TensorDataset(images[test_idx], labels[test_idx])
     return DataSplits(
-        train=train, test=test,
+        train=train,
+        test=test,
         train_loader=make_loader(train, batch_size, shuffle=True, seed=seed),
         test_loader=make_loader(test, 512, shuffle=False),
-        image_size=8, in_channels=1, num_classes=10, classes=[str(d) for d in range(10)],
-        mean=(mean,), std=(std,),
+        image_size=8,
+        in_channels=1,
+        num_classes=10,
+        classes=[str(d) for d in range(10)],
+        mean=(mean,),
+        std=(std,),
     )
 
 
@@ -164,9 +184,15 @@ def _check_reachable(url: str, timeout: float) -> None:
         ) from error
 
 
-def cifar10_datasets(root: str | Path, download: bool = True, *, seed: int = 0,
-                     batch_size: int = 128, num_workers: int = 2,
-                     timeout: float = 10.0) -> DataSplits:
+def cifar10_datasets(
+    root: str | Path,
+    download: bool = True,
+    *,
+    seed: int = 0,
+    batch_size: int = 128,
+    num_workers: int = 2,
+    timeout: float = 10.0,
+) -> DataSplits:
     """CIFAR-10 (50,000 train / 10,000 test 32×32 colour images) with standard augmentation.
 
     Training images get a random 32×32 crop of the image padded by 4 pixels and a random
@@ -188,9 +214,14 @@ def cifar10_datasets(root: str | Path, download: bool = True, *, seed: int = 0,
 
     root = Path(root)
     normalize = transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)
-    train_tf = transforms.Compose([transforms.RandomCrop(32, padding=4),
-                                   transforms.RandomHorizontalFlip(), transforms.ToTensor(),
-                                   normalize])
+    train_tf = transforms.Compose(
+        [
+            transforms.RandomCrop(32, padding=4),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            normalize,
+        ]
+    )
     test_tf = transforms.Compose([transforms.ToTensor(), normalize])
     if not (root / "cifar-10-batches-py").is_dir():
         if not download:
@@ -207,10 +238,16 @@ def cifar10_datasets(root: str | Path, download: bool = True, *, seed: int = 0,
     finally:
         socket.setdefaulttimeout(previous)
     return DataSplits(
-        train=train, test=test,
-        train_loader=make_loader(train, batch_size, shuffle=True, seed=seed,
-                                 num_workers=num_workers, drop_last=True),
+        train=train,
+        test=test,
+        train_loader=make_loader(
+            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, drop_last=True
+        ),
         test_loader=make_loader(test, 2 * batch_size, shuffle=False, num_workers=num_workers),
-        image_size=32, in_channels=3, num_classes=10, classes=list(train.classes),
-        mean=CIFAR10_MEAN, std=CIFAR10_STD,
+        image_size=32,
+        in_channels=3,
+        num_classes=10,
+        classes=list(train.classes),
+        mean=CIFAR10_MEAN,
+        std=CIFAR10_STD,
     )

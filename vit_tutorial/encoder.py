@@ -27,8 +27,15 @@ from torch import Tensor, nn
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.checks import check_int, check_real
 
-__all__ = ["MLP", "DropPath", "drop_path", "drop_path_rates", "EncoderBlock", "Encoder",
-           "init_weights"]
+__all__ = [
+    "MLP",
+    "DropPath",
+    "drop_path",
+    "drop_path_rates",
+    "EncoderBlock",
+    "Encoder",
+    "init_weights",
+]
 
 
 def init_weights(module: nn.Module) -> None:
@@ -78,8 +85,10 @@ class MLP(nn.Module):
         super().__init__()
         check_int("hidden_dim", hidden_dim, minimum=0), check_int("dim", dim)
         if hidden_dim < 1:
-            raise ValueError(f"the MLP needs at least one hidden unit, got hidden_dim="
-                             f"{hidden_dim} (for D={dim}: raise mlp_ratio)")
+            raise ValueError(
+                f"the MLP needs at least one hidden unit, got hidden_dim="
+                f"{hidden_dim} (for D={dim}: raise mlp_ratio)"
+            )
         self.fc1 = nn.Linear(dim, hidden_dim)
         self.act = nn.GELU()  # the exact GELU x·Φ(x), as timm and torchvision use
         self.drop1 = nn.Dropout(dropout)
@@ -195,8 +204,9 @@ class EncoderBlock(nn.Module):
         """
         return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
 
-    def forward_with_weights(self, x: Tensor, attn_bias: Tensor | None = None
-                             ) -> tuple[Tensor, Tensor]:
+    def forward_with_weights(
+        self, x: Tensor, attn_bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """:meth:`forward`, and the attention weights ``(B, h, N, N)`` (explicit path)."""
         return self._residuals(x, lambda h: self.attn.forward_with_weights(h, attn_bias))
 
@@ -234,8 +244,9 @@ class Encoder(nn.Module):
         [0.0, 0.1, 0.2]
     """
 
-    def __init__(self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0,
-                 **block_options: Any) -> None:
+    def __init__(
+        self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0, **block_options: Any
+    ) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(
             EncoderBlock(dim, num_heads, drop_path=rate, **block_options)
@@ -247,12 +258,14 @@ class Encoder(nn.Module):
         if attn_bias is None or isinstance(attn_bias, Tensor):
             return [attn_bias] * len(self.blocks)
         if len(attn_bias) != len(self.blocks):
-            raise ValueError(f"expected one attention bias per block ({len(self.blocks)}), "
-                             f"got {len(attn_bias)}")
+            raise ValueError(
+                f"expected one attention bias per block ({len(self.blocks)}), got {len(attn_bias)}"
+            )
         return list(attn_bias)
 
-    def forward(self, x: Tensor,
-                attn_bias: Tensor | Sequence[Tensor | None] | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
+    ) -> Tensor:
         """Apply every block in turn to tokens ``x`` of shape ``(B, N, D)``.
 
         Args:
@@ -263,9 +276,9 @@ class Encoder(nn.Module):
             x = block(x, bias)
         return x
 
-    def forward_with_weights(self, x: Tensor,
-                             attn_bias: Tensor | Sequence[Tensor | None] | None = None
-                             ) -> tuple[Tensor, list[Tensor]]:
+    def forward_with_weights(
+        self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
         """:meth:`forward`, and the attention weights of every block, ``(B, h, N, N)`` each."""
         maps = []
         for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):

@@ -64,12 +64,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
             continue
         exempt = p.ndim < 2 or name in skip or name.split(".")[-1] in skip
         (no_decay if exempt else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int,
-                  total_steps: int) -> LRScheduler:
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> LRScheduler:
     """Linear warm-up to the peak ``lr``, then cosine decay towards 0.
 
     Step ``t`` (counting from 0) uses ``lr · (t + 1) / (w + 1)`` for ``t < w`` and
@@ -90,8 +93,10 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int,
         [0.25, 0.5, 0.75, 1.0, 0.854, 0.5, 0.146]
     """
     if not 0 <= warmup_steps < total_steps:
-        raise ValueError(f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}"
-                         f" and total_steps={total_steps}")
+        raise ValueError(
+            f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}"
+            f" and total_steps={total_steps}"
+        )
     cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps)
     if warmup_steps == 0:
         return cosine
@@ -124,8 +129,12 @@ def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
-            amp: str | None = "auto") -> tuple[Tensor, Tensor]:
+def predict(
+    model: nn.Module,
+    loader: DataLoader,
+    device: str | torch.device = "auto",
+    amp: str | None = "auto",
+) -> tuple[Tensor, Tensor]:
     """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32.
 
     Raises:
@@ -142,21 +151,29 @@ def predict(model: nn.Module, loader: DataLoader, device: str | torch.device = "
         labels.append(y)
     model.train(was_training)
     if not logits:
-        raise ValueError("the loader yields no batches, so there is nothing to predict (an "
-                         "empty dataset, or drop_last=True with fewer samples than batch_size)")
+        raise ValueError(
+            "the loader yields no batches, so there is nothing to predict (an "
+            "empty dataset, or drop_last=True with fewer samples than batch_size)"
+        )
     return torch.cat(logits), torch.cat(labels)
 
 
-def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = "auto",
-             amp: str | None = "auto") -> dict[str, float]:
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    device: str | torch.device = "auto",
+    amp: str | None = "auto",
+) -> dict[str, float]:
     """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``.
 
     Raises:
         ValueError: ``loader`` yields no batches.
     """
     logits, labels = predict(model, loader, device, amp)
-    return {"loss": F.cross_entropy(logits, labels).item(),
-            "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+    return {
+        "loss": F.cross_entropy(logits, labels).item(),
+        "accuracy": (logits.argmax(-1) == labels).float().mean().item(),
+    }
 
 
 _HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
@@ -168,12 +185,16 @@ def _is_real(value: Any) -> bool:
 
 #: What each hyperparameter of :func:`fit` must be: a test, and the words for it.
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "epochs": (lambda v: isinstance(v, numbers.Integral) and _is_real(v) and v >= 1,
-               "an integer >= 1"),
+    "epochs": (
+        lambda v: isinstance(v, numbers.Integral) and _is_real(v) and v >= 1,
+        "an integer >= 1",
+    ),
     "lr": (lambda v: _is_real(v) and 0 < v < math.inf, "a finite number > 0"),
     "weight_decay": (lambda v: _is_real(v) and 0 <= v < math.inf, "a finite number >= 0"),
-    "warmup_epochs": (lambda v: _is_real(v) and 0 <= v < math.inf,
-                      "a finite number of epochs >= 0"),
+    "warmup_epochs": (
+        lambda v: _is_real(v) and 0 <= v < math.inf,
+        "a finite number of epochs >= 0",
+    ),
     "label_smoothing": (lambda v: _is_real(v) and 0 <= v < 1, "a number in [0, 1)"),
     "grad_clip": (lambda v: v is None or (_is_real(v) and v > 0), "None or a number > 0"),
 }
@@ -197,8 +218,10 @@ class _Settings:
             if not valid(value):
                 raise ValueError(f"{name} must be {expected}, got {name}={value!r}")
         if self.steps_per_epoch == 0:
-            raise ValueError("train_loader yields no batches (an empty dataset, or "
-                             "drop_last=True with fewer samples than batch_size)")
+            raise ValueError(
+                "train_loader yields no batches (an empty dataset, or "
+                "drop_last=True with fewer samples than batch_size)"
+            )
 
 
 @dataclasses.dataclass
@@ -215,11 +238,22 @@ class _Run:
     settings: _Settings
 
 
-def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | None, *,
-        epochs: int, lr: float, weight_decay: float = 0.05, warmup_epochs: float = 0,
-        label_smoothing: float = 0.0, grad_clip: float | None = None,
-        device: str | torch.device = "auto", amp: str | None = "auto",
-        progress: bool = True, checkpoint_path: str | Path | None = None) -> dict[str, list]:
+def fit(
+    model: nn.Module,
+    train_loader: DataLoader,
+    val_loader: DataLoader | None,
+    *,
+    epochs: int,
+    lr: float,
+    weight_decay: float = 0.05,
+    warmup_epochs: float = 0,
+    label_smoothing: float = 0.0,
+    grad_clip: float | None = None,
+    device: str | torch.device = "auto",
+    amp: str | None = "auto",
+    progress: bool = True,
+    checkpoint_path: str | Path | None = None,
+) -> dict[str, list]:
     """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history.
 
     Args:
@@ -251,30 +285,47 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader | Non
         ValueError: a hyperparameter out of range (the message names it), an empty
             ``train_loader``, or a checkpoint to resume that was trained with other settings.
     """
-    settings = _Settings(epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip,
-                         steps_per_epoch=len(train_loader))
+    settings = _Settings(
+        epochs,
+        lr,
+        weight_decay,
+        warmup_epochs,
+        label_smoothing,
+        grad_clip,
+        steps_per_epoch=len(train_loader),
+    )
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
     optimizer, scheduler = _optimizer_and_schedule(model, settings)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     start, history = _resume(checkpoint_path, model, optimizer, scheduler, scaler, settings)
-    run = _Run(model, _distributed(model, device), optimizer, scheduler, scaler, device, dtype,
-               settings)
+    run = _Run(
+        model, _distributed(model, device), optimizer, scheduler, scaler, device, dtype, settings
+    )
     with _progress_bar(epochs, start, progress) as bar:
         for epoch in range(start, epochs):
             train = _train_one_epoch(run, train_loader, epoch)
             val = evaluate(model, val_loader, device, amp) if val_loader is not None else {}
             _record(history, epoch + 1, train, val)
             if checkpoint_path is not None and _rank() == 0:
-                save_checkpoint(checkpoint_path, model, optimizer, scheduler, scaler,
-                                epoch + 1, history, dataclasses.asdict(settings))
+                save_checkpoint(
+                    checkpoint_path,
+                    model,
+                    optimizer,
+                    scheduler,
+                    scaler,
+                    epoch + 1,
+                    history,
+                    dataclasses.asdict(settings),
+                )
             _log_epoch(bar, history, epochs, progress)
     return history
 
 
-def _optimizer_and_schedule(model: nn.Module, settings: _Settings
-                            ) -> tuple[torch.optim.Optimizer, LRScheduler]:
+def _optimizer_and_schedule(
+    model: nn.Module, settings: _Settings
+) -> tuple[torch.optim.Optimizer, LRScheduler]:
     """AdamW over :func:`param_groups`, and its warm-up + cosine schedule, in steps."""
     optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
     total_steps = settings.epochs * settings.steps_per_epoch
@@ -282,9 +333,14 @@ def _optimizer_and_schedule(model: nn.Module, settings: _Settings
     return optimizer, warmup_cosine(optimizer, warmup_steps, total_steps)
 
 
-def _resume(path: str | Path | None, model: nn.Module, optimizer: torch.optim.Optimizer,
-            scheduler: LRScheduler, scaler: torch.amp.GradScaler,
-            settings: _Settings) -> tuple[int, dict[str, list]]:
+def _resume(
+    path: str | Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: LRScheduler,
+    scaler: torch.amp.GradScaler,
+    settings: _Settings,
+) -> tuple[int, dict[str, list]]:
     """The epoch to start from and the history so far: the checkpoint's, when it exists.
 
     Raises:
@@ -296,9 +352,12 @@ def _resume(path: str | Path | None, model: nn.Module, optimizer: torch.optim.Op
     saved, wanted = state["extra"], dataclasses.asdict(settings)
     diffs = [key for key in wanted if saved.get(key) != wanted[key]]
     if diffs:
-        raise ValueError(f"cannot resume {path}: it was trained with "
-                         + ", ".join(f"{key}={saved.get(key)!r}" for key in diffs) + ", not "
-                         + ", ".join(f"{key}={wanted[key]!r}" for key in diffs))
+        raise ValueError(
+            f"cannot resume {path}: it was trained with "
+            + ", ".join(f"{key}={saved.get(key)!r}" for key in diffs)
+            + ", not "
+            + ", ".join(f"{key}={wanted[key]!r}" for key in diffs)
+        )
     return state["epoch"], state["history"]
 
 
@@ -306,7 +365,8 @@ def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
     """``model`` wrapped in DistributedDataParallel under ``torchrun``, else ``model``."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     return model
 
 
@@ -326,12 +386,21 @@ def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, flo
         x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
         lr = run.optimizer.param_groups[0]["lr"]  # the rate this step uses
         loss, logits = _train_step(run, x, y)
-        sums += torch.stack([loss.detach() * len(y), (logits.argmax(-1) == y).sum(),
-                             torch.tensor(len(y), device=run.device)]).float()
+        sums += torch.stack(
+            [
+                loss.detach() * len(y),
+                (logits.argmax(-1) == y).sum(),
+                torch.tensor(len(y), device=run.device),
+            ]
+        ).float()
     if run.net is not run.model:
         dist.all_reduce(sums)
-    return {"train_loss": (sums[0] / sums[2]).item(), "train_acc": (sums[1] / sums[2]).item(),
-            "lr": lr, "time": time.perf_counter() - tic}
+    return {
+        "train_loss": (sums[0] / sums[2]).item(),
+        "train_acc": (sums[1] / sums[2]).item(),
+        "lr": lr,
+        "time": time.perf_counter() - tic,
+    }
 
 
 def _train_step(run: _Run, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -350,11 +419,16 @@ def _train_step(run: _Run, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return loss, logits
 
 
-def _record(history: dict[str, list], epoch: int, train: dict[str, float],
-            val: dict[str, float]) -> None:
+def _record(
+    history: dict[str, list], epoch: int, train: dict[str, float], val: dict[str, float]
+) -> None:
     """Append one epoch to ``history``; without validation, ``val_*`` are NaN."""
-    row = {"epoch": epoch, **train, "val_loss": val.get("loss", math.nan),
-           "val_acc": val.get("accuracy", math.nan)}
+    row = {
+        "epoch": epoch,
+        **train,
+        "val_loss": val.get("loss", math.nan),
+        "val_acc": val.get("accuracy", math.nan),
+    }
     for key in _HISTORY_KEYS:
         history[key].append(row[key])
 
@@ -368,8 +442,10 @@ def _progress_bar(epochs: int, start: int, progress: bool) -> tqdm:
 def _log_epoch(bar: tqdm, history: dict[str, list], epochs: int, progress: bool) -> None:
     """Advance the bar; off a terminal, print a line every tenth of the run instead."""
     epoch = history["epoch"][-1]
-    line = (f"epoch {epoch}/{epochs} loss {history['train_loss'][-1]:.4f} "
-            f"train_acc {history['train_acc'][-1]:.4f} val_acc {history['val_acc'][-1]:.4f}")
+    line = (
+        f"epoch {epoch}/{epochs} loss {history['train_loss'][-1]:.4f} "
+        f"train_acc {history['train_acc'][-1]:.4f} val_acc {history['val_acc'][-1]:.4f}"
+    )
     bar.set_postfix_str(line.split(" ", 2)[2])
     bar.update()
     printing = progress and _rank() == 0 and not sys.stderr.isatty()

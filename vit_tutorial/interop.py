@@ -56,8 +56,10 @@ TIMM_KEYS: dict[str, str] = {
     "cls_token": "cls_token",
     "pos_embed": "pos_embed.weight",
     "patch_embed.proj.{p}": "patch_embed.proj.{p}",
-    **{f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}"
-       for m in ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")},
+    **{
+        f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}"
+        for m in ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
+    },
     "norm.{p}": "norm.{p}",
     "fc_norm.{p}": "fc_norm.{p}",
     "head.{p}": "head.{p}",
@@ -65,11 +67,15 @@ TIMM_KEYS: dict[str, str] = {
 
 
 def _pattern(template: str) -> re.Pattern:
-    escaped = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", "(?P<p>weight|bias)")
+    escaped = (
+        re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", "(?P<p>weight|bias)")
+    )
     return re.compile(escaped)
 
 
-def _convert(state_dict: dict[str, Tensor], key_map: dict[str, str], source: str) -> dict[str, Tensor]:
+def _convert(
+    state_dict: dict[str, Tensor], key_map: dict[str, str], source: str
+) -> dict[str, Tensor]:
     rules = [(_pattern(theirs), ours) for theirs, ours in key_map.items()]
     out, unmatched = {}, []
     for key, value in state_dict.items():
@@ -80,8 +86,10 @@ def _convert(state_dict: dict[str, Tensor], key_map: dict[str, str], source: str
         else:
             unmatched.append(key)
     if unmatched:
-        raise ValueError(f"{len(unmatched)} {source} keys have no counterpart in vit_tutorial "
-                         f"(an unsupported variant?): {unmatched}")
+        raise ValueError(
+            f"{len(unmatched)} {source} keys have no counterpart in vit_tutorial "
+            f"(an unsupported variant?): {unmatched}"
+        )
     return out
 
 
@@ -103,8 +111,9 @@ def timm_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     return _convert(state_dict, TIMM_KEYS, "timm")
 
 
-def load_converted(model: VisionTransformer, state_dict: dict[str, Tensor],
-                   assign: bool = False) -> VisionTransformer:
+def load_converted(
+    model: VisionTransformer, state_dict: dict[str, Tensor], assign: bool = False
+) -> VisionTransformer:
     """Load a converted state dict into ``model`` after checking every key and shape.
 
     Args:
@@ -119,11 +128,16 @@ def load_converted(model: VisionTransformer, state_dict: dict[str, Tensor],
     ours = model.state_dict()
     missing = sorted(set(ours) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(ours))
-    shapes = [f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}"
-              for k in ours if k in state_dict and state_dict[k].shape != ours[k].shape]
+    shapes = [
+        f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}"
+        for k in ours
+        if k in state_dict and state_dict[k].shape != ours[k].shape
+    ]
     if missing or unexpected or shapes:
-        raise ValueError(f"state dict does not fit the model: missing keys {missing}, "
-                         f"unexpected keys {unexpected}, shape mismatches {shapes}")
+        raise ValueError(
+            f"state dict does not fit the model: missing keys {missing}, "
+            f"unexpected keys {unexpected}, shape mismatches {shapes}"
+        )
     model.load_state_dict(state_dict, assign=assign)
     return model
 
@@ -139,13 +153,18 @@ def _mlp_ratio(dim: int, hidden_dim: int) -> float:
 def _timm_dropouts(model: nn.Module) -> dict[str, float]:
     """timm's dropout rates as our three, refusing the combinations we cannot express."""
     block = model.blocks[-1]
-    rates = {"dropout": block.attn.proj_drop.p, "attn_dropout": block.attn.attn_drop.p,
-             "drop_path": float(f"{getattr(block.drop_path1, 'drop_prob', 0.0):.6g}")}
+    rates = {
+        "dropout": block.attn.proj_drop.p,
+        "attn_dropout": block.attn.attn_drop.p,
+        "drop_path": float(f"{getattr(block.drop_path1, 'drop_prob', 0.0):.6g}"),
+    }
     others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
     if others["pos_drop_rate"] != rates["dropout"] or others["drop_rate (head)"] != 0.0:
-        raise ValueError(f"vit_tutorial has one dropout rate for the position embedding and "
-                         f"the blocks and none before the head; the timm model uses "
-                         f"proj_drop_rate={rates['dropout']} and {others}")
+        raise ValueError(
+            f"vit_tutorial has one dropout rate for the position embedding and "
+            f"the blocks and none before the head; the timm model uses "
+            f"proj_drop_rate={rates['dropout']} and {others}"
+        )
     return rates
 
 
@@ -153,7 +172,9 @@ def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
     return hw[0] if hw[0] == hw[1] else tuple(hw)
 
 
-def _build(config: ViTConfig, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
+def _build(
+    config: ViTConfig, state_dict: dict[str, Tensor], source: nn.Module
+) -> VisionTransformer:
     """Our model holding copies of ``state_dict``, in ``source``'s train/eval mode.
 
     It is built on the meta device, which skips a random initialisation that the copies
@@ -184,12 +205,18 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
         raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
     attn = model.encoder.layers[0].self_attention
     config = ViTConfig(
-        image_size=model.image_size, patch_size=model.patch_size,
-        in_channels=model.conv_proj.in_channels, num_classes=model.num_classes,
-        dim=model.hidden_dim, depth=len(model.encoder.layers), num_heads=attn.num_heads,
+        image_size=model.image_size,
+        patch_size=model.patch_size,
+        in_channels=model.conv_proj.in_channels,
+        num_classes=model.num_classes,
+        dim=model.hidden_dim,
+        depth=len(model.encoder.layers),
+        num_heads=attn.num_heads,
         mlp_ratio=_mlp_ratio(model.hidden_dim, model.mlp_dim),
-        qkv_bias=attn.in_proj_bias is not None, dropout=model.dropout,
-        attn_dropout=model.attention_dropout, norm_eps=model.encoder.ln.eps,
+        qkv_bias=attn.in_proj_bias is not None,
+        dropout=model.dropout,
+        attn_dropout=model.attention_dropout,
+        norm_eps=model.encoder.ln.eps,
     )
     return _build(config, torchvision_state_dict_to_ours(model.state_dict()), model)
 
@@ -206,21 +233,30 @@ def from_timm(model: nn.Module) -> VisionTransformer:
             do not map.
     """
     pool = {("token", True): "cls", ("avg", False): "mean"}.get(
-        (model.global_pool, model.has_class_token))
+        (model.global_pool, model.has_class_token)
+    )
     if pool is None:
-        raise ValueError(f"unsupported timm pooling global_pool={model.global_pool!r} with "
-                         f"class_token={model.has_class_token}")
+        raise ValueError(
+            f"unsupported timm pooling global_pool={model.global_pool!r} with "
+            f"class_token={model.has_class_token}"
+        )
     if model.num_classes < 1:
         raise ValueError("the timm model has no classifier head (num_classes=0)")
     block = model.blocks[0]
     if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
     config = ViTConfig(
-        image_size=_size(model.patch_embed.img_size), patch_size=_size(model.patch_embed.patch_size),
-        in_channels=model.patch_embed.proj.in_channels, num_classes=model.num_classes,
-        dim=model.embed_dim, depth=len(model.blocks), num_heads=block.attn.num_heads,
+        image_size=_size(model.patch_embed.img_size),
+        patch_size=_size(model.patch_embed.patch_size),
+        in_channels=model.patch_embed.proj.in_channels,
+        num_classes=model.num_classes,
+        dim=model.embed_dim,
+        depth=len(model.blocks),
+        num_heads=block.attn.num_heads,
         mlp_ratio=_mlp_ratio(model.embed_dim, block.mlp.fc1.out_features),
-        qkv_bias=block.attn.qkv.bias is not None, pool=pool, **_timm_dropouts(model),
+        qkv_bias=block.attn.qkv.bias is not None,
+        pool=pool,
+        **_timm_dropouts(model),
         pos_embed="learned" if model.pos_embed is not None else "none",
         dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
         norm_eps=block.norm1.eps,

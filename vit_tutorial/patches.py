@@ -47,14 +47,18 @@ def pair(x: int | tuple[int, int] | list[int], name: str = "size") -> tuple[int,
     """
     if isinstance(x, int) and not isinstance(x, bool):
         return (x, x)
-    if (isinstance(x, (tuple, list)) and len(x) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in x)):
+    if (
+        isinstance(x, (tuple, list))
+        and len(x) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+    ):
         return (int(x[0]), int(x[1]))
     raise TypeError(f"{name} must be an int or an (height, width) pair of ints, got {x!r}")
 
 
-def patch_grid(image_size: int | tuple[int, int],
-               patch_size: int | tuple[int, int]) -> tuple[int, int]:
+def patch_grid(
+    image_size: int | tuple[int, int], patch_size: int | tuple[int, int]
+) -> tuple[int, int]:
     """The patch grid ``(Gh, Gw) = (H / P_h, W / P_w)``; ``ValueError`` unless it tiles.
 
     Example:
@@ -68,7 +72,8 @@ def patch_grid(image_size: int | tuple[int, int],
         raise ValueError(
             f"image size {(H, W)} is not divisible by patch size {(ph, pw)}: "
             f"{H} / {ph} = {H / ph:g} and {W} / {pw} = {W / pw:g}; resize or crop the image "
-            f"to a multiple of the patch size, e.g. {(H // ph * ph, W // pw * pw)}")
+            f"to a multiple of the patch size, e.g. {(H // ph * ph, W // pw * pw)}"
+        )
     return H // ph, W // pw
 
 
@@ -80,17 +85,24 @@ def check_images(images: object, in_channels: int | None = None) -> None:
         ValueError: not 4-D, or the wrong number of channels.
     """
     if not isinstance(images, Tensor):
-        raise TypeError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
-                        f"{type(images).__name__}; convert with torch.as_tensor(...).float()")
+        raise TypeError(
+            f"images must be a torch.Tensor of shape (B, C, H, W), got "
+            f"{type(images).__name__}; convert with torch.as_tensor(...).float()"
+        )
     if not images.is_floating_point():
-        raise TypeError(f"images must be floating point, got {images.dtype}; convert them, "
-                        f"e.g. images.float() / 255 for 8-bit pixels")
+        raise TypeError(
+            f"images must be floating point, got {images.dtype}; convert them, "
+            f"e.g. images.float() / 255 for 8-bit pixels"
+        )
     if images.dim() != 4:
-        raise ValueError(f"expected images of shape (B, C, H, W), got {images.dim()}-D "
-                         f"{tuple(images.shape)}")
+        raise ValueError(
+            f"expected images of shape (B, C, H, W), got {images.dim()}-D {tuple(images.shape)}"
+        )
     if in_channels is not None and images.shape[1] != in_channels:
-        raise ValueError(f"expected {in_channels} input channels, got {images.shape[1]} "
-                         f"(images of shape {tuple(images.shape)})")
+        raise ValueError(
+            f"expected {in_channels} input channels, got {images.shape[1]} "
+            f"(images of shape {tuple(images.shape)})"
+        )
 
 
 def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tensor:
@@ -138,8 +150,10 @@ def patches_to_image(
         True
     """
     if patches.dim() != 3:
-        raise ValueError(f"expected patches of shape (B, N, P_h·P_w·C), got "
-                         f"{patches.dim()}-D {tuple(patches.shape)}")
+        raise ValueError(
+            f"expected patches of shape (B, N, P_h·P_w·C), got "
+            f"{patches.dim()}-D {tuple(patches.shape)}"
+        )
     (ph, pw), (H, W) = pair(patch_size), pair(image_size)
     gh, gw = patch_grid((H, W), (ph, pw))
     N, width = patches.shape[1:]
@@ -147,10 +161,10 @@ def patches_to_image(
         raise ValueError(
             f"patches of shape {tuple(patches.shape)} do not fit image size {(H, W)} with "
             f"patch size {(ph, pw)}: expected N = {gh}·{gw} = {gh * gw} patches of a width "
-            f"divisible by {ph}·{pw} = {ph * pw}")
+            f"divisible by {ph}·{pw} = {ph * pw}"
+        )
     # (B, Gh·Gw, P_h·P_w·C) -> (B, C, Gh·P_h, Gw·P_w)
-    return rearrange(patches, "b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)", gh=gh, p1=ph,
-                     p2=pw)
+    return rearrange(patches, "b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)", gh=gh, p1=ph, p2=pw)
 
 
 class _Stem(nn.Module):
@@ -160,8 +174,14 @@ class _Stem(nn.Module):
     images ``(B, C, H, W)`` to a feature map ``(B, D, Gh, Gw)``.
     """
 
-    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
-                 in_channels: int, dim: int, strict_image_size: bool) -> None:
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        patch_size: int | tuple[int, int],
+        in_channels: int,
+        dim: int,
+        strict_image_size: bool,
+    ) -> None:
         super().__init__()
         self.grid_size = patch_grid(image_size, patch_size)
         self.image_size, self.patch_size = pair(image_size), pair(patch_size)
@@ -190,7 +210,8 @@ class _Stem(nn.Module):
                 f"expected image size {self.image_size}, got {(H, W)}; resize the images, "
                 f"build the model for image_size={(H, W)}, or let it take any size divisible "
                 f"by the patch size (VisionTransformer: dynamic_image_size=True; a stem: "
-                f"strict_image_size=False)")
+                f"strict_image_size=False)"
+            )
         self.grid_size_for((H, W))  # non-divisible sizes always raise
         x = self.embed(images.to(self.proj.weight.dtype))  # (B, D, Gh, Gw)
         return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major tokens: (B, N, D)
@@ -229,12 +250,17 @@ class PatchEmbedding(_Stem):
         torch.Size([2, 196, 768])
     """
 
-    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
-                 in_channels: int = 3, dim: int = 768, bias: bool = True,
-                 strict_image_size: bool = True) -> None:
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        patch_size: int | tuple[int, int],
+        in_channels: int = 3,
+        dim: int = 768,
+        bias: bool = True,
+        strict_image_size: bool = True,
+    ) -> None:
         super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
-        self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size,
-                              bias=bias)
+        self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size, bias=bias)
 
     def linear_weight(self) -> Tensor:
         """The projection as a ``(D, P_h·P_w·C)`` matrix acting on :func:`image_to_patches`.
@@ -271,20 +297,28 @@ class ConvStem(_Stem):
         torch.Size([4, 16, 32])
     """
 
-    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
-                 in_channels: int = 3, dim: int = 768, strict_image_size: bool = True) -> None:
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        patch_size: int | tuple[int, int],
+        in_channels: int = 3,
+        dim: int = 768,
+        strict_image_size: bool = True,
+    ) -> None:
         p, pw = pair(patch_size, "patch_size")
         if p != pw or p < 1 or p & (p - 1):
-            raise ValueError(f"the conv stem needs a square power-of-2 patch size, got "
-                             f"{(p, pw)}")
+            raise ValueError(f"the conv stem needs a square power-of-2 patch size, got {(p, pw)}")
         super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
         strides = [2] * int(math.log2(p))
         strides += [1] * (2 - len(strides))  # at least two 3×3 blocks
         layers, width = [], in_channels
         for i, stride in enumerate(strides):
             out = max(dim // 2 ** (len(strides) - i), 8)
-            layers += [nn.Conv2d(width, out, 3, stride, padding=1, bias=False),
-                       nn.BatchNorm2d(out), nn.GELU()]
+            layers += [
+                nn.Conv2d(width, out, 3, stride, padding=1, bias=False),
+                nn.BatchNorm2d(out),
+                nn.GELU(),
+            ]
             width = out
         self.convs = nn.Sequential(*layers)
         self.proj = nn.Conv2d(width, dim, kernel_size=1)

@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 
-def grid_coordinates(grid_size: int | tuple[int, int],
-                     device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+def grid_coordinates(
+    grid_size: int | tuple[int, int], device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
     """Row and column of every position of a ``Gh × Gw`` grid numbered row-major.
 
     Returns:
@@ -91,9 +92,13 @@ class LearnedPositionalEmbedding(nn.Module):
         torch.Size([2, 197, 768])
     """
 
-    def __init__(self, num_positions: int, dim: int,
-                 grid_size: int | tuple[int, int] | None = None,
-                 num_prefix_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        num_positions: int,
+        dim: int,
+        grid_size: int | tuple[int, int] | None = None,
+        num_prefix_tokens: int = 0,
+    ) -> None:
         super().__init__()
         self.num_positions, self.dim = num_positions, dim
         self.grid_size = pair(grid_size, "grid_size") if grid_size is not None else None
@@ -153,7 +158,9 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
     return _sincos(torch.arange(num_positions), dim, temperature)
 
 
-def sinusoidal_2d(grid_size: int | tuple[int, int], dim: int, temperature: float = 10000.0) -> Tensor:
+def sinusoidal_2d(
+    grid_size: int | tuple[int, int], dim: int, temperature: float = 10000.0
+) -> Tensor:
     """A 2D sine/cosine code: channels ``[0, D/2)`` encode the row, ``[D/2, D)`` the column.
 
     Each half is :func:`sinusoidal_1d` with width D/2, so two patches in the same row share
@@ -183,7 +190,9 @@ def sinusoidal_2d(grid_size: int | tuple[int, int], dim: int, temperature: float
         )
     check_real("temperature", temperature, 0.0, low_open=True)
     rows, cols = grid_coordinates((gh, gw))  # (N,) each
-    return torch.cat([_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1)
+    return torch.cat(
+        [_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1
+    )
 
 
 class SinusoidalEmbedding2D(nn.Module):
@@ -203,8 +212,9 @@ class SinusoidalEmbedding2D(nn.Module):
         (torch.Size([1, 197, 768]), torch.Size([2, 197, 768]))
     """
 
-    def __init__(self, grid_size: int | tuple[int, int], dim: int,
-                 num_prefix_tokens: int = 0) -> None:
+    def __init__(
+        self, grid_size: int | tuple[int, int], dim: int, num_prefix_tokens: int = 0
+    ) -> None:
         super().__init__()
         self.grid_size, self.dim = pair(grid_size, "grid_size"), dim
         self.num_prefix_tokens = num_prefix_tokens
@@ -217,8 +227,9 @@ class SinusoidalEmbedding2D(nn.Module):
         if grid_size is not None and pair(grid_size, "grid_size") != self.grid_size:
             table = _prefixed(sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
         if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
-            raise ValueError(f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), got {tuple(x.shape)}"
+            )
         return x + table.to(x)
 
 
@@ -242,14 +253,17 @@ class RelativePositionBias(nn.Module):
         (torch.Size([732, 12]), torch.Size([12, 197, 197]))
     """
 
-    def __init__(self, grid_size: int | tuple[int, int], num_heads: int,
-                 num_prefix_tokens: int = 0) -> None:
+    def __init__(
+        self, grid_size: int | tuple[int, int], num_heads: int, num_prefix_tokens: int = 0
+    ) -> None:
         super().__init__()
         gh, gw = self.grid_size = pair(grid_size, "grid_size")
         check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
         if min(gh, gw, num_heads) < 1 or num_prefix_tokens < 0:
-            raise ValueError(f"need a positive grid and num_heads and num_prefix_tokens >= 0, got "
-                             f"grid {(gh, gw)}, num_heads={num_heads}, prefix={num_prefix_tokens}")
+            raise ValueError(
+                f"need a positive grid and num_heads and num_prefix_tokens >= 0, got "
+                f"grid {(gh, gw)}, num_heads={num_heads}, prefix={num_prefix_tokens}"
+            )
         self.num_heads, self.num_prefix_tokens = num_heads, num_prefix_tokens
         num_offsets = (2 * gh - 1) * (2 * gw - 1)
         extra = 3 if num_prefix_tokens else 0
@@ -272,8 +286,12 @@ class RelativePositionBias(nn.Module):
         return rearrange(self.table[self.index], "n m h -> h n m")
 
 
-def resize_pos_embed(pos_embed: Tensor, old_grid: int | tuple[int, int],
-                     new_grid: int | tuple[int, int], num_prefix_tokens: int = 1) -> Tensor:
+def resize_pos_embed(
+    pos_embed: Tensor,
+    old_grid: int | tuple[int, int],
+    new_grid: int | tuple[int, int],
+    num_prefix_tokens: int = 1,
+) -> Tensor:
     """Resample a learned position table to a new grid, bicubically (as timm does).
 
     Args:
@@ -302,8 +320,9 @@ def resize_pos_embed(pos_embed: Tensor, old_grid: int | tuple[int, int],
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     grid = rearrange(grid, "b (gh gw) d -> b d gh gw", gh=gh)  # (B, D, Gh, Gw)
-    grid = F.interpolate(grid.float(), size=new, mode="bicubic", antialias=True,
-                         align_corners=False).to(pos_embed.dtype)
+    grid = F.interpolate(
+        grid.float(), size=new, mode="bicubic", antialias=True, align_corners=False
+    ).to(pos_embed.dtype)
     return torch.cat([prefix, rearrange(grid, "b d gh gw -> b (gh gw) d")], dim=1)
 
 
@@ -339,8 +358,15 @@ class RotaryEmbedding2D(nn.Module):
         (torch.Size([2, 12, 197, 64]), True)
     """
 
-    def __init__(self, head_dim: int, grid_size: int | tuple[int, int], num_prefix_tokens: int = 0,
-                 temperature: float | None = None, mode: str = "axial", num_heads: int = 1) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        grid_size: int | tuple[int, int],
+        num_prefix_tokens: int = 0,
+        temperature: float | None = None,
+        mode: str = "axial",
+        num_heads: int = 1,
+    ) -> None:
         super().__init__()
         if mode not in ("axial", "mixed"):
             raise ValueError(f"mode must be 'axial' or 'mixed', got {mode!r}")
@@ -349,9 +375,11 @@ class RotaryEmbedding2D(nn.Module):
         if head_dim % 4:
             raise ValueError(f"RotaryEmbedding2D needs head_dim divisible by 4, got {head_dim}")
         if min(pair(grid_size, "grid_size")) < 1 or num_prefix_tokens < 0 or num_heads < 1:
-            raise ValueError(f"need a positive grid, num_prefix_tokens >= 0 and num_heads >= 1, "
-                             f"got grid_size={grid_size}, num_prefix_tokens={num_prefix_tokens}"
-                             f", num_heads={num_heads}")
+            raise ValueError(
+                f"need a positive grid, num_prefix_tokens >= 0 and num_heads >= 1, "
+                f"got grid_size={grid_size}, num_prefix_tokens={num_prefix_tokens}"
+                f", num_heads={num_heads}"
+            )
         if temperature is not None:
             check_real("temperature", temperature, 0.0, low_open=True)
         self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size, "grid_size"), mode
@@ -370,8 +398,9 @@ class RotaryEmbedding2D(nn.Module):
 
     def angles(self, grid_size: int | tuple[int, int] | None = None) -> Tensor:
         """Rotation angles of shape ``(1 or h, Gh·Gw, d/2)``, grid positions row-major."""
-        y, x = grid_coordinates(self.grid_size if grid_size is None else grid_size,
-                                self.freqs.device)
+        y, x = grid_coordinates(
+            self.grid_size if grid_size is None else grid_size, self.freqs.device
+        )
         y, x = y.float(), x.float()  # row and column of each position
         return x[:, None] * self.freqs[0][:, None] + y[:, None] * self.freqs[1][:, None]
 

@@ -59,8 +59,11 @@ class Recipe:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not (
-                0 < self.lr < math.inf):
+        if (
+            isinstance(self.lr, bool)
+            or not isinstance(self.lr, numbers.Real)
+            or not (0 < self.lr < math.inf)
+        ):
             raise ValueError(f"lr must be a finite number > 0, got lr={self.lr!r}")
 
 
@@ -72,16 +75,40 @@ _DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, po
 #: on digits (4, so 4 tokens), ``digits-tiny`` a smoke test, and
 #: ``cifar10`` a hybrid ViT for CIFAR-10 on a GPU.
 RECIPES: dict[str, Recipe] = {
-    "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, epochs=20, batch_size=64,
-                     lr=2e-3),
-    "digits-vit": Recipe("digits", {**_DIGITS_VIT, "patch_size": 4, "stem": "patch"},
-                         epochs=40, batch_size=64, lr=2e-3),
-    "digits-tiny": Recipe("digits", dict(patch_size=4, dim=16, depth=1, num_heads=2,
-                                         mlp_ratio=2.0, pool="mean"),
-                          epochs=2, batch_size=64, lr=3e-3, warmup_epochs=0),
-    "cifar10": Recipe("cifar10", dict(patch_size=4, dim=192, depth=6, num_heads=3,
-                                      mlp_ratio=2.0, pool="mean", stem="conv", drop_path=0.1),
-                      epochs=50, batch_size=256, lr=1e-3, warmup_epochs=5, grad_clip=1.0),
+    "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, epochs=20, batch_size=64, lr=2e-3),
+    "digits-vit": Recipe(
+        "digits",
+        {**_DIGITS_VIT, "patch_size": 4, "stem": "patch"},
+        epochs=40,
+        batch_size=64,
+        lr=2e-3,
+    ),
+    "digits-tiny": Recipe(
+        "digits",
+        dict(patch_size=4, dim=16, depth=1, num_heads=2, mlp_ratio=2.0, pool="mean"),
+        epochs=2,
+        batch_size=64,
+        lr=3e-3,
+        warmup_epochs=0,
+    ),
+    "cifar10": Recipe(
+        "cifar10",
+        dict(
+            patch_size=4,
+            dim=192,
+            depth=6,
+            num_heads=3,
+            mlp_ratio=2.0,
+            pool="mean",
+            stem="conv",
+            drop_path=0.1,
+        ),
+        epochs=50,
+        batch_size=256,
+        lr=1e-3,
+        warmup_epochs=5,
+        grad_clip=1.0,
+    ),
 }
 DEFAULT_PRESET = {"digits": "digits", "cifar10": "cifar10"}
 
@@ -103,11 +130,19 @@ class TrainResult:
     train_seconds: float
 
 
-def train_recipe(preset: str = "digits", *, seed: int = 0, epochs: int | None = None,
-                 lr: float | None = None, batch_size: int | None = None,
-                 data_root: str | Path = "data", checkpoint_path: str | Path | None = None,
-                 device: str = "auto", amp: str | None = "auto",
-                 progress: bool = True) -> TrainResult:
+def train_recipe(
+    preset: str = "digits",
+    *,
+    seed: int = 0,
+    epochs: int | None = None,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    data_root: str | Path = "data",
+    checkpoint_path: str | Path | None = None,
+    device: str = "auto",
+    amp: str | None = "auto",
+    progress: bool = True,
+) -> TrainResult:
     """Train preset ``preset`` with seed ``seed`` and evaluate it on the test split.
 
     The seed fixes the initial weights and the data order; the digits split is the same
@@ -120,19 +155,35 @@ def train_recipe(preset: str = "digits", *, seed: int = 0, epochs: int | None = 
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
     overrides = {"epochs": epochs, "lr": lr, "batch_size": batch_size}
-    recipe = dataclasses.replace(RECIPES[preset],  # validated again: 0 is refused, not ignored
-                                 **{k: v for k, v in overrides.items() if v is not None})
+    recipe = dataclasses.replace(
+        RECIPES[preset],  # validated again: 0 is refused, not ignored
+        **{k: v for k, v in overrides.items() if v is not None},
+    )
     if recipe.dataset == "digits":
         data = digits_datasets(seed=seed, batch_size=recipe.batch_size)
     else:
         data = cifar10_datasets(data_root, seed=seed, batch_size=recipe.batch_size)
     torch.manual_seed(seed)  # the same initial weights on every rank
-    model = VisionTransformer(image_size=data.image_size, in_channels=data.in_channels,
-                              num_classes=data.num_classes, **recipe.model)
-    history = fit(model, data.train_loader, data.test_loader, epochs=recipe.epochs,
-                  lr=recipe.lr, weight_decay=recipe.weight_decay,
-                  warmup_epochs=recipe.warmup_epochs, label_smoothing=recipe.label_smoothing,
-                  grad_clip=recipe.grad_clip, device=device, amp=amp, progress=progress,
-                  checkpoint_path=checkpoint_path)
+    model = VisionTransformer(
+        image_size=data.image_size,
+        in_channels=data.in_channels,
+        num_classes=data.num_classes,
+        **recipe.model,
+    )
+    history = fit(
+        model,
+        data.train_loader,
+        data.test_loader,
+        epochs=recipe.epochs,
+        lr=recipe.lr,
+        weight_decay=recipe.weight_decay,
+        warmup_epochs=recipe.warmup_epochs,
+        label_smoothing=recipe.label_smoothing,
+        grad_clip=recipe.grad_clip,
+        device=device,
+        amp=amp,
+        progress=progress,
+        checkpoint_path=checkpoint_path,
+    )
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
     return TrainResult(model, history, accuracy, sum(history["time"]))

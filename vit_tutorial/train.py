@@ -65,40 +65,51 @@ def _device(text: str) -> str:
             torch.device(text)
         except RuntimeError:
             raise argparse.ArgumentTypeError(
-                f"unknown device {text!r}; expected 'auto', 'cpu', 'cuda', 'cuda:N', ...") from None
+                f"unknown device {text!r}; expected 'auto', 'cpu', 'cuda', 'cuda:N', ..."
+            ) from None
     return text
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vit_tutorial.train",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", choices=sorted(DEFAULT_PRESET), default=None,
-                        help="dataset; picks its default preset (default: digits)")
-    parser.add_argument("--preset", choices=sorted(RECIPES), default=None,
-                        help="model and hyperparameters (default: the dataset's)")
+    parser = argparse.ArgumentParser(
+        prog="python -m vit_tutorial.train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=sorted(DEFAULT_PRESET),
+        default=None,
+        help="dataset; picks its default preset (default: digits)",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(RECIPES),
+        default=None,
+        help="model and hyperparameters (default: the dataset's)",
+    )
     parser.add_argument("--epochs", type=_positive_int, help="override the preset's epochs")
-    parser.add_argument("--lr", type=_positive_float,
-                        help="override the preset's peak learning rate")
-    parser.add_argument("--batch-size", type=_positive_int,
-                        help="override the per-process batch size")
+    parser.add_argument(
+        "--lr", type=_positive_float, help="override the preset's peak learning rate"
+    )
+    parser.add_argument(
+        "--batch-size", type=_positive_int, help="override the per-process batch size"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data order")
     parser.add_argument("--data-root", default="data", help="where CIFAR-10 is (downloaded)")
     parser.add_argument("--checkpoint", type=Path, help="save a checkpoint here every epoch")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    parser.add_argument("--device", type=_device, default="auto",
-                        help="'auto', 'cpu', 'cuda', ...")
+    parser.add_argument("--device", type=_device, default="auto", help="'auto', 'cpu', 'cuda', ...")
     parser.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "none"])
     parser.add_argument("--no-progress", action="store_true", help="print nothing per epoch")
     return parser
 
 
-def _check(parser: argparse.ArgumentParser, args: argparse.Namespace
-           ) -> tuple[str, torch.device]:
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, torch.device]:
     """The preset and the device; a usage error (exit 2) for what cannot run together."""
     preset = args.preset or DEFAULT_PRESET[args.dataset or "digits"]
     if args.dataset is not None and RECIPES[preset].dataset != args.dataset:
-        parser.error(f"preset {preset!r} is for dataset {RECIPES[preset].dataset!r}, "
-                     f"not {args.dataset!r}")
+        parser.error(
+            f"preset {preset!r} is for dataset {RECIPES[preset].dataset!r}, not {args.dataset!r}"
+        )
     if args.resume and args.checkpoint is None:
         parser.error("--resume needs --checkpoint PATH")
     if args.resume and not args.checkpoint.exists():
@@ -127,17 +138,26 @@ def main(argv: list[str] | None = None) -> TrainResult:
     rank = dist.get_rank() if distributed else 0
     try:
         tic = time.perf_counter()
-        result = train_recipe(preset, seed=args.seed, epochs=args.epochs, lr=args.lr,
-                              batch_size=args.batch_size, data_root=args.data_root,
-                              checkpoint_path=args.checkpoint, device=device,
-                              amp=None if args.amp == "none" else args.amp,
-                              progress=not args.no_progress)
+        result = train_recipe(
+            preset,
+            seed=args.seed,
+            epochs=args.epochs,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            data_root=args.data_root,
+            checkpoint_path=args.checkpoint,
+            device=device,
+            amp=None if args.amp == "none" else args.amp,
+            progress=not args.no_progress,
+        )
         if rank == 0:
             world = f", {dist.get_world_size()} processes" if distributed else ""
-            print(f"preset {preset} (seed {args.seed}{world}): test accuracy "
-                  f"{100 * result.test_accuracy:.2f}% | training time "
-                  f"{result.train_seconds:.1f} s (wall {time.perf_counter() - tic:.1f} s)",
-                  flush=True)
+            print(
+                f"preset {preset} (seed {args.seed}{world}): test accuracy "
+                f"{100 * result.test_accuracy:.2f}% | training time "
+                f"{result.train_seconds:.1f} s (wall {time.perf_counter() - tic:.1f} s)",
+                flush=True,
+            )
     finally:
         if distributed:
             dist.destroy_process_group()

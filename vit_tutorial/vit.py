@@ -37,8 +37,15 @@ from vit_tutorial.positional import (
     SinusoidalEmbedding2D,
 )
 
-__all__ = ["TransformerConfig", "ViTConfig", "VisionTransformer", "PRESETS", "create_vit",
-           "vit_flops", "attention_rollout"]
+__all__ = [
+    "TransformerConfig",
+    "ViTConfig",
+    "VisionTransformer",
+    "PRESETS",
+    "create_vit",
+    "vit_flops",
+    "attention_rollout",
+]
 
 
 @dataclasses.dataclass
@@ -87,25 +94,30 @@ class TransformerConfig:
         for name in ("in_channels", "num_classes", "dim", "depth", "num_heads"):
             check_int(name, getattr(self, name))
         if self.dim % self.num_heads:
-            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads "
-                             f"({self.num_heads})")
+            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
         for name in ("dropout", "attn_dropout", "drop_path"):
             check_real(name, getattr(self, name), 0.0, 1.0, high_open=True)
         check_real("mlp_ratio", self.mlp_ratio, 0.0, low_open=True)
         if int(self.dim * self.mlp_ratio) < 1:
-            raise ValueError(f"mlp_ratio must give the MLP at least one hidden unit, got "
-                             f"mlp_ratio={self.mlp_ratio!r} with dim={self.dim}")
+            raise ValueError(
+                f"mlp_ratio must give the MLP at least one hidden unit, got "
+                f"mlp_ratio={self.mlp_ratio!r} with dim={self.dim}"
+            )
         check_real("norm_eps", self.norm_eps, 0.0, low_open=True)
         check_bool("qkv_bias", self.qkv_bias)
         if self.pos_embed not in self.POS_EMBEDS:
-            raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got "
-                             f"{self.pos_embed!r}")
+            raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got {self.pos_embed!r}")
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
 
     def block_options(self) -> dict[str, Any]:
         """The encoder-block arguments every block shares, as keywords."""
-        return dict(mlp_ratio=self.mlp_ratio, qkv_bias=self.qkv_bias, dropout=self.dropout,
-                    attn_dropout=self.attn_dropout, norm_eps=self.norm_eps)
+        return dict(
+            mlp_ratio=self.mlp_ratio,
+            qkv_bias=self.qkv_bias,
+            dropout=self.dropout,
+            attn_dropout=self.attn_dropout,
+            norm_eps=self.norm_eps,
+        )
 
     @classmethod
     def resolve(cls, config: TransformerConfig | None = None, **fields: Any):
@@ -114,8 +126,9 @@ class TransformerConfig:
             config = cls()
         elif not isinstance(config, cls):
             hint = f"; rebuild it: {cls.__name__}(**config)" if isinstance(config, dict) else ""
-            raise TypeError(f"config must be a {cls.__name__} or None, got "
-                            f"{type(config).__name__}{hint}")
+            raise TypeError(
+                f"config must be a {cls.__name__} or None, got {type(config).__name__}{hint}"
+            )
         valid = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(fields) - set(valid))
         if unknown:
@@ -153,8 +166,10 @@ class ViTConfig(TransformerConfig):
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")
         if self.dynamic_image_size and self.pos_embed == "relative":
-            raise ValueError("dynamic_image_size is not supported with pos_embed='relative' "
-                             "(its table is sized for one grid)")
+            raise ValueError(
+                "dynamic_image_size is not supported with pos_embed='relative' "
+                "(its table is sized for one grid)"
+            )
 
     @property
     def class_token(self) -> bool:
@@ -197,8 +212,13 @@ class VisionTransformer(nn.Module):
         super().__init__()
         self.config = c = ViTConfig.resolve(config, **fields)
         stem = PatchEmbedding if c.stem == "patch" else ConvStem
-        self.patch_embed = stem(c.image_size, c.patch_size, c.in_channels, c.dim,
-                                strict_image_size=not c.dynamic_image_size)
+        self.patch_embed = stem(
+            c.image_size,
+            c.patch_size,
+            c.in_channels,
+            c.dim,
+            strict_image_size=not c.dynamic_image_size,
+        )
         self.grid_size = self.patch_embed.grid_size
         self.num_prefix_tokens = int(c.class_token)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
@@ -222,8 +242,9 @@ class VisionTransformer(nn.Module):
         if c.pos_embed == "sincos2d":
             return SinusoidalEmbedding2D(grid, c.dim, prefix)
         if c.pos_embed == "relative":
-            return nn.ModuleList(RelativePositionBias(grid, c.num_heads, prefix)
-                                 for _ in range(c.depth))
+            return nn.ModuleList(
+                RelativePositionBias(grid, c.num_heads, prefix) for _ in range(c.depth)
+            )
         return None
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, list[Tensor] | None]:
@@ -260,8 +281,11 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters exempt from weight decay (class token, position tables)."""
-        return {name for name, _ in self.named_parameters()
-                if name == "cls_token" or name.startswith("pos_embed.")}
+        return {
+            name
+            for name, _ in self.named_parameters()
+            if name == "cls_token" or name.startswith("pos_embed.")
+        }
 
 
 #: The models of the ViT paper's Table 1 and DeiT's tiny and small, at 224×224 and 1000 classes.

@@ -48,11 +48,7 @@ def wrap(text: str, first_line_taken: int = 0) -> str:
         glued = _KEEP_TOGETHER.sub(lambda m: m.group().replace(" ", _GLUE), paragraph)
         taken = first_line_taken if not lines else 0
         wrapped = textwrap.wrap(
-            glued,
-            WIDTH,
-            initial_indent="x" * taken,
-            break_long_words=False,
-            break_on_hyphens=False,
+            glued, WIDTH, initial_indent="x" * taken, break_long_words=False, break_on_hyphens=False
         )
         if taken and wrapped:
             wrapped[0] = wrapped[0][taken:]
@@ -92,9 +88,7 @@ def call_safely(fn: Callable, args: tuple, what: str) -> Any:
         with torch.no_grad():
             return fn(*args)
     except Exception as error:  # reported to the learner
-        raise AssertionError(
-            f"fn crashed on {what}: {type(error).__name__}: {error}"
-        ) from error
+        raise AssertionError(f"fn crashed on {what}: {type(error).__name__}: {error}") from error
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:

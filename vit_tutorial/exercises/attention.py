@@ -15,8 +15,9 @@ from vit_tutorial.exercises._common import call_safely, checker, close, passed
 __all__ = ["check_attention"]
 
 
-def _multi_head(q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float | None,
-                softmax_dim: int = -1) -> Tensor:
+def _multi_head(
+    q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float | None, softmax_dim: int = -1
+) -> Tensor:
     """Split (B, N, D) into heads, attend with ``scale`` (None = 1/sqrt(d)), merge."""
     q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=num_heads) for t in (q, k, v))
     if scale is None and softmax_dim == -1:
@@ -61,18 +62,26 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
             continue
         d = D // h
         mistakes = [
-            (_multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
-             f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
-             f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d"),
-            (_multi_head(q, k, v, h, scale=math.sqrt(d)),
-             f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
-             f"is 1/√d, softmax(Q Kᵀ / √d) V"),
-            (_multi_head(q, k, v, h, scale=1.0),
-             f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
-             f"softmax saturates as d grows"),
-            (_multi_head(q, k, v, h, scale=None, softmax_dim=-2),
-             "the softmax runs over the wrong axis: each query's row of scores (the last "
-             "axis, over keys) must sum to 1, not each key's column"),
+            (
+                _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
+                f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
+                f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d",
+            ),
+            (
+                _multi_head(q, k, v, h, scale=math.sqrt(d)),
+                f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
+                f"is 1/√d, softmax(Q Kᵀ / √d) V",
+            ),
+            (
+                _multi_head(q, k, v, h, scale=1.0),
+                f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
+                f"softmax saturates as d grows",
+            ),
+            (
+                _multi_head(q, k, v, h, scale=None, softmax_dim=-2),
+                "the softmax runs over the wrong axis: each query's row of scores (the last "
+                "axis, over keys) must sum to 1, not each key's column",
+            ),
         ]
         for wrong, explanation in mistakes:
             if close(got, wrong):

@@ -52,7 +52,8 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
         if got.shape != x.shape:
             raise AssertionError(
                 f"{case}: the output must keep the input's layout {tuple(x.shape)} = (B, Gh, Gw, "
-                f"D), got {tuple(got.shape)}; unfold the columns or rows back onto the grid")
+                f"D), got {tuple(got.shape)}; unfold the columns or rows back onto the grid"
+            )
         if close(got, want):
             continue
         if close(got, other):
@@ -60,20 +61,25 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
             raise AssertionError(
                 f"{case}: you attended along the other axis; 'height' means each token attends "
                 f"to the tokens above and below it (its column), 'width' to its row; here each "
-                f"token must see its {line}")
+                f"token must see its {line}"
+            )
         if axis == "height" and close(got, folded_by_reshape):
             raise AssertionError(
                 f"{case}: x.reshape(B·Gw, Gh, D) does not gather columns: in memory the grid is "
                 f"row-major, so reshape cuts it into runs of {gh} consecutive tokens of a row. "
                 f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
-                f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)")
+                f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
+            )
         if close(got, full):
-            raise AssertionError(f"{case}: every token attended to the whole grid; axial "
-                                 f"attention attends along one axis only")
+            raise AssertionError(
+                f"{case}: every token attended to the whole grid; axial "
+                f"attention attends along one axis only"
+            )
         diff = (got - want).abs().max().item()
         raise AssertionError(
             f"{case}: the output differs from the reference by up to {diff:.3g}; check that the "
-            f"fold and the unfold are inverse patterns (same order of b and the folded axis)")
+            f"fold and the unfold are inverse patterns (same order of b and the folded axis)"
+        )
     passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
 
 
@@ -99,20 +105,31 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
             continue
         case = f"grid {gh}×{gw} (N = {n})"
         mistakes = [
-            (n * n, "that is N², the cost of full attention: in the height layer each of the N "
-                    "tokens scores only the Gh tokens of its column, in the width layer only "
-                    "the Gw tokens of its row"),
+            (
+                n * n,
+                "that is N², the cost of full attention: in the height layer each of the N "
+                "tokens scores only the Gh tokens of its column, in the width layer only "
+                "the Gw tokens of its row",
+            ),
             (n * gh, "you counted the height layer only; add the width layer's N·Gw scores"),
             (n * gw, "you counted the width layer only; add the height layer's N·Gh scores"),
             (2 * n * math.sqrt(n), "2·N·√N holds for square grids only; count N·Gh + N·Gw"),
-            (gh * gh + gw * gw, "that is one column plus one row; every column and every row "
-                                "attends, N·Gh + N·Gw in all"),
-            (n * (gh + gw - 1), "that counts the distinct keys a token reaches; but each token "
-                                "scores itself in both layers, so the layers compute N·(Gh + Gw)"),
+            (
+                gh * gh + gw * gw,
+                "that is one column plus one row; every column and every row "
+                "attends, N·Gh + N·Gw in all",
+            ),
+            (
+                n * (gh + gw - 1),
+                "that counts the distinct keys a token reaches; but each token "
+                "scores itself in both layers, so the layers compute N·(Gh + Gw)",
+            ),
         ]
         for value, explanation in mistakes:
             if isinstance(got, (int, float)) and abs(got - value) < 0.5:
                 raise AssertionError(f"{case}: got {got}; {explanation}.")
-        raise AssertionError(f"{case}: got {got}, expected {want} (height layer N·Gh = {n * gh}, "
-                             f"width layer N·Gw = {n * gw})")
+        raise AssertionError(
+            f"{case}: got {got}, expected {want} (height layer N·Gh = {n * gh}, "
+            f"width layer N·Gw = {n * gw})"
+        )
     passed("check_axial_scores", "N·(Gh + Gw) scores, against N² for full attention.")

@@ -13,8 +13,9 @@ from vit_tutorial.exercises._common import call_safely, checker, close, passed
 __all__ = ["check_drop_path", "check_block_forward"]
 
 
-def _one_coin(fn: Callable[[Tensor, float, bool], Tensor], x: Tensor, p: float,
-              dropped: Tensor) -> bool:
+def _one_coin(
+    fn: Callable[[Tensor, float, bool], Tensor], x: Tensor, p: float, dropped: Tensor
+) -> bool:
     """Whether ``fn`` drops all samples or none, together, as one coin for the batch would.
 
     ``dropped`` says which samples a first call dropped. If it kept them all, a few more
@@ -57,40 +58,54 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     for p in (0.0, 0.3):
         got = call_safely(fn, (x.clone(), p, False), f"training=False, p={p}")
         if not (isinstance(got, Tensor) and close(got, x, atol=0.0)):
-            raise AssertionError(f"with training=False (p={p}) drop path must return x unchanged: "
-                                 "it is only active in training, like dropout")
+            raise AssertionError(
+                f"with training=False (p={p}) drop path must return x unchanged: "
+                "it is only active in training, like dropout"
+            )
     if not close(call_safely(fn, (x.clone(), 0.0, True), "training=True, p=0"), x, atol=0.0):
         raise AssertionError("with p=0 nothing may be dropped or rescaled")
     p = 0.3
     got = call_safely(fn, (x.clone(), p, True), f"training=True, p={p}")
     if not isinstance(got, Tensor) or got.shape != x.shape:
         shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-        raise AssertionError(f"the output must have the input's shape {tuple(x.shape)}, "
-                             f"got {shape}")
+        raise AssertionError(
+            f"the output must have the input's shape {tuple(x.shape)}, got {shape}"
+        )
     per_sample = (got == 0).flatten(1)  # (B, N·D): which numbers of each sample are zero
     if not (per_sample.all(1) | ~per_sample.any(1)).all():
-        raise AssertionError("some samples are only partly zeroed: that is dropout. Drop path "
-                             "tosses one coin per sample, a mask of shape (B, 1, 1), so a dropped "
-                             "sample skips the whole residual branch")
+        raise AssertionError(
+            "some samples are only partly zeroed: that is dropout. Drop path "
+            "tosses one coin per sample, a mask of shape (B, 1, 1), so a dropped "
+            "sample skips the whole residual branch"
+        )
     if _one_coin(fn, x, p, per_sample.all(1)):
-        raise AssertionError("the whole batch is dropped or kept together: you tossed one coin "
-                             "for the whole batch. Toss one per sample: a mask of shape "
-                             "(B, 1, 1), e.g. torch.rand(B, 1, 1) >= p")
+        raise AssertionError(
+            "the whole batch is dropped or kept together: you tossed one coin "
+            "for the whole batch. Toss one per sample: a mask of shape "
+            "(B, 1, 1), e.g. torch.rand(B, 1, 1) >= p"
+        )
     rate = per_sample.all(1).float().mean().item()
     if abs(rate - (1 - p)) < 0.05:
-        raise AssertionError(f"with p={p} you dropped {rate:.0%} of the samples: p is the "
-                             "probability of dropping, so the keep probability is 1 - p")
+        raise AssertionError(
+            f"with p={p} you dropped {rate:.0%} of the samples: p is the "
+            "probability of dropping, so the keep probability is 1 - p"
+        )
     if abs(rate - p) > 0.05:
-        raise AssertionError(f"with p={p} you dropped {rate:.0%} of the samples, expected about "
-                             f"{p:.0%}")
+        raise AssertionError(
+            f"with p={p} you dropped {rate:.0%} of the samples, expected about {p:.0%}"
+        )
     kept = ~per_sample.all(1)
     if close(got[kept], x[kept]):
-        raise AssertionError(f"the kept samples are not rescaled: divide them by 1 - p = {1 - p}, "
-                             "so that the expected output equals x and eval needs no change")
+        raise AssertionError(
+            f"the kept samples are not rescaled: divide them by 1 - p = {1 - p}, "
+            "so that the expected output equals x and eval needs no change"
+        )
     if not close(got[kept], x[kept] / (1 - p)):
         raise AssertionError(f"the kept samples must equal x / (1 - p) = x / {1 - p}")
-    passed("check_drop_path", "whole samples dropped at rate p, survivors scaled by 1/(1-p), "
-                              "identity at eval.")
+    passed(
+        "check_drop_path",
+        "whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.",
+    )
 
 
 def _variants(block: EncoderBlock, x: Tensor) -> list[tuple[Tensor, str]]:
@@ -110,18 +125,35 @@ def _variants(block: EncoderBlock, x: Tensor) -> list[tuple[Tensor, str]]:
     z = x + mlp(ln2(x))
     swapped = z + attn(ln1(z))
     return [
-        (post, "this is post-norm, LN(x + f(x)), the original Transformer; ViT is pre-norm: "
-               "x + f(LN(x)), the LayerNorm inside the branch"),
-        (normed_stream, "you added the branch to the normalised tokens (x = LN(x); x = x + f(x)); "
-                        "the residual stream must carry the un-normalised x: x = x + f(LN(x))"),
-        (no_residual, "the residual connections are missing: each branch's output is added to "
-                      "its input, x = x + f(LN(x))"),
-        (no_attention_residual, "the attention branch has no residual connection: write "
-                                "x = x + attn(norm1(x)), not x = attn(norm1(x))"),
-        (no_mlp_residual, "the MLP branch has no residual connection: write "
-                          "x = x + mlp(norm2(x)), not x = mlp(norm2(x))"),
-        (shared, "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for "
-                 "the MLP)"),
+        (
+            post,
+            "this is post-norm, LN(x + f(x)), the original Transformer; ViT is pre-norm: "
+            "x + f(LN(x)), the LayerNorm inside the branch",
+        ),
+        (
+            normed_stream,
+            "you added the branch to the normalised tokens (x = LN(x); x = x + f(x)); "
+            "the residual stream must carry the un-normalised x: x = x + f(LN(x))",
+        ),
+        (
+            no_residual,
+            "the residual connections are missing: each branch's output is added to "
+            "its input, x = x + f(LN(x))",
+        ),
+        (
+            no_attention_residual,
+            "the attention branch has no residual connection: write "
+            "x = x + attn(norm1(x)), not x = attn(norm1(x))",
+        ),
+        (
+            no_mlp_residual,
+            "the MLP branch has no residual connection: write "
+            "x = x + mlp(norm2(x)), not x = mlp(norm2(x))",
+        ),
+        (
+            shared,
+            "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for the MLP)",
+        ),
         (swapped, "attention comes first, then the MLP"),
     ]
 
@@ -159,6 +191,8 @@ def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
             for wrong, explanation in _variants(block, x):
                 if close(got, wrong, atol=1e-5):
                     raise AssertionError(f"case B={B}, N={N}, D={D}: {explanation}.")
-        raise AssertionError(f"case B={B}, N={N}, D={D}: the output differs from "
-                             "x = x + attn(norm1(x)); x = x + mlp(norm2(x))")
+        raise AssertionError(
+            f"case B={B}, N={N}, D={D}: the output differs from "
+            "x = x + attn(norm1(x)); x = x + mlp(norm2(x))"
+        )
     passed("check_block_forward", f"pre-norm block matches on {len(cases)} cases.")

@@ -14,19 +14,27 @@ from vit_tutorial.patches import image_to_patches, pair
 __all__ = ["check_image_to_patches", "check_patch_embedding"]
 
 _WRONG_PATCH_ORDERS = [
-    ("b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
-     "each patch is flattened as (c p1 p2), all of the red channel first, which is the layout "
-     "of a Conv2d weight (D, C, P, P); the convention here (timm, vit-pytorch) is (p1 p2 c), "
-     "channel fastest. Both orders hold the same numbers, but a Linear that should equal the "
-     "conv must see them in the same order as its weight"),
-    ("b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)",
-     "the patches are numbered column-major (down the first column, then the next); number "
-     "them row-major, '(gh gw)', so that token n is grid row n // Gw and column n % Gw"),
-    ("b c (gh p1) (gw p2) -> b (gh gw) (p2 p1 c)",
-     "each patch is transposed: flatten pixel rows first, '(p1 p2 c)', not '(p2 p1 c)'"),
-    ("b c (p1 gh) (p2 gw) -> b (gh gw) (p1 p2 c)",
-     "your 'patches' are strided samples of the whole image (every Gh-th pixel row), not "
-     "contiguous blocks: write the pixel axis as '(gh p1)', grid index outside, pixel inside"),
+    (
+        "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
+        "each patch is flattened as (c p1 p2), all of the red channel first, which is the layout "
+        "of a Conv2d weight (D, C, P, P); the convention here (timm, vit-pytorch) is (p1 p2 c), "
+        "channel fastest. Both orders hold the same numbers, but a Linear that should equal the "
+        "conv must see them in the same order as its weight",
+    ),
+    (
+        "b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)",
+        "the patches are numbered column-major (down the first column, then the next); number "
+        "them row-major, '(gh gw)', so that token n is grid row n // Gw and column n % Gw",
+    ),
+    (
+        "b c (gh p1) (gw p2) -> b (gh gw) (p2 p1 c)",
+        "each patch is transposed: flatten pixel rows first, '(p1 p2 c)', not '(p2 p1 c)'",
+    ),
+    (
+        "b c (p1 gh) (p2 gw) -> b (gh gw) (p1 p2 c)",
+        "your 'patches' are strided samples of the whole image (every Gh-th pixel row), not "
+        "contiguous blocks: write the pixel axis as '(gh p1)', grid index outside, pixel inside",
+    ),
 ]
 
 
@@ -75,8 +83,10 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
             f"images {shape}, patch size {patch_size}: the patches hold the wrong numbers; "
             f"compare with 'b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)'"
         )
-    passed("check_image_to_patches",
-           f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).")
+    passed(
+        "check_image_to_patches",
+        f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).",
+    )
 
 
 @checker
@@ -105,8 +115,10 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
         width = patch_size[0] * patch_size[1] * C
         if not isinstance(W, Tensor) or W.shape != (D, width):
             got_shape = tuple(W.shape) if isinstance(W, Tensor) else type(W).__name__
-            raise AssertionError(f"for Conv2d({C}, {D}, kernel_size={patch_size}) W must have "
-                                 f"shape {(D, width)} (D, P_h·P_w·C), got {got_shape}")
+            raise AssertionError(
+                f"for Conv2d({C}, {D}, kernel_size={patch_size}) W must have "
+                f"shape {(D, width)} (D, P_h·P_w·C), got {got_shape}"
+            )
         # In float64, so that a W of any floating dtype is judged by its values.
         patches = image_to_patches(images, patch_size).double()  # (B, N, P_h·P_w·C)
         got = patches @ W.detach().double().T + conv.bias.detach().double()  # (B, N, D)
@@ -116,9 +128,13 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
             raise AssertionError(
                 "conv.weight.flatten(1) flattens each filter in (c p1 p2) order, the Conv2d "
                 "layout (D, C, P_h, P_w), but image_to_patches flattens patches in (p1 p2 c) "
-                "order: rearrange the weight 'd c p1 p2 -> d (p1 p2 c)' so both orders agree")
+                "order: rearrange the weight 'd c p1 p2 -> d (p1 p2 c)' so both orders agree"
+            )
         raise AssertionError(
             f"Conv2d({C}, {D}, kernel_size={patch_size}): patches @ W.T + b differs from the conv "
-            f"by up to {(got - want).abs().max().item():.3g}; check the order of p1, p2 and c")
-    passed("check_patch_embedding",
-           f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.")
+            f"by up to {(got - want).abs().max().item():.3g}; check the order of p1, p2 and c"
+        )
+    passed(
+        "check_patch_embedding",
+        f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.",
+    )

@@ -37,42 +37,57 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
         N = gh * gw
         if not isinstance(got, Tensor) or tuple(got.shape) != (N, dim):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-            raise AssertionError(f"{what}: the table must have shape (Gh·Gw, D) = {(N, dim)}, one "
-                                 f"row per patch, got {shape}; flatten the grid row-major")
+            raise AssertionError(
+                f"{what}: the table must have shape (Gh·Gw, D) = {(N, dim)}, one "
+                f"row per patch, got {shape}; flatten the grid row-major"
+            )
         want = sinusoidal_2d((gh, gw), dim)
         if close(got, want):
             continue
         got = got.float()
         grid = got.reshape(gh, gw, dim)
         if gw > 1 and torch.allclose(grid[:, 0], grid[:, 1], atol=1e-6):
-            raise AssertionError(f"{what}: patches in the same row but different columns get the "
-                                 f"same code: the table encodes only the row, not the column")
+            raise AssertionError(
+                f"{what}: patches in the same row but different columns get the "
+                f"same code: the table encodes only the row, not the column"
+            )
         if gh > 1 and torch.allclose(grid[0], grid[1], atol=1e-6):
-            raise AssertionError(f"{what}: patches in the same column but different rows get the "
-                                 f"same code: the table encodes only the column, not the row")
+            raise AssertionError(
+                f"{what}: patches in the same column but different rows get the "
+                f"same code: the table encodes only the column, not the row"
+            )
         if close(got, sinusoidal_1d(N, dim)):
             raise AssertionError(
                 f"{what}: this is the 1D code of the flattened index n = row·Gw + column, so the "
                 f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
                 f"in it although they sit at opposite ends of the image. Encode the row with half "
-                f"the channels and the column with the other half")
+                f"the channels and the column with the other half"
+            )
         half = dim // 2
         if close(got, torch.cat([want[:, half:], want[:, :half]], 1)):
-            raise AssertionError(f"{what}: the column is in the first half and the row in the "
-                                 f"second; a valid code, but the package puts the row first")
+            raise AssertionError(
+                f"{what}: the column is in the first half and the row in the "
+                f"second; a valid code, but the package puts the row first"
+            )
         pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
         if close(got, rearrange(pairs.flip(-1), "n k two -> n (k two)")):
-            raise AssertionError(f"{what}: sin and cos are swapped: each pair of channels is "
-                                 f"(sin, cos) of one angle, sin on even channels and cos on odd "
-                                 f"ones, as in sinusoidal_1d")
+            raise AssertionError(
+                f"{what}: sin and cos are swapped: each pair of channels is "
+                f"(sin, cos) of one angle, sin on even channels and cos on odd "
+                f"ones, as in sinusoidal_1d"
+            )
         blocks = rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2)
         if close(got, blocks):
-            raise AssertionError(f"{what}: all sines of an axis come before its cosines (MAE's "
-                                 f"layout); a valid code, but sinusoidal_1d interleaves them: sin "
-                                 f"on even channels and cos on odd ones")
-        raise AssertionError(f"{what}: differs from sinusoidal_2d by up to "
-                             f"{(got - want).abs().max().item():.3g}; check the frequencies "
-                             f"T^(-2i/(D/2)) of each half")
+            raise AssertionError(
+                f"{what}: all sines of an axis come before its cosines (MAE's "
+                f"layout); a valid code, but sinusoidal_1d interleaves them: sin "
+                f"on even channels and cos on odd ones"
+            )
+        raise AssertionError(
+            f"{what}: differs from sinusoidal_2d by up to "
+            f"{(got - want).abs().max().item():.3g}; check the frequencies "
+            f"T^(-2i/(D/2)) of each half"
+        )
     passed("check_sinusoidal_2d", "3 grids (14×14 with D=768, and non-square), both axes encoded.")
 
 
@@ -99,7 +114,9 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
         N, size = gh * gw, (2 * gh - 1) * (2 * gw - 1)
         if not isinstance(index, Tensor) or tuple(index.shape) != (N, N):
             shape = tuple(index.shape) if isinstance(index, Tensor) else type(index).__name__
-            raise AssertionError(f"{what}: the index must have shape (N, N) = {(N, N)}, got {shape}")
+            raise AssertionError(
+                f"{what}: the index must have shape (N, N) = {(N, N)}, got {shape}"
+            )
         if index.is_floating_point():
             raise AssertionError(f"{what}: the index must hold integers, got {index.dtype}")
         if index.min() < 0 or index.max() >= size:
@@ -107,7 +124,8 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
                 f"{what}: entries must lie in [0, (2Gh-1)(2Gw-1)) = [0, {size}), got "
                 f"[{index.min().item()}, {index.max().item()}]; shift the row offset by Gh-1 and "
                 f"the column offset by Gw-1 so they are non-negative, then combine them as "
-                f"row·(2Gw-1) + column")
+                f"row·(2Gw-1) + column"
+            )
         rows, cols = torch.arange(N) // gw, torch.arange(N) % gw
         offsets = torch.stack([rows[:, None] - rows[None], cols[:, None] - cols[None]], -1)
         seen: dict[int, tuple[int, int]] = {}
@@ -118,14 +136,22 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
                 if other == offset:
                     continue
                 if other[0] * gw + other[1] == offset[0] * gw + offset[1]:
-                    hint = ("that is the offset n - m of the flattened indices, which mixes rows "
-                            "and columns; use the 2D offset (row, column)")
+                    hint = (
+                        "that is the offset n - m of the flattened indices, which mixes rows "
+                        "and columns; use the 2D offset (row, column)"
+                    )
                 else:
-                    hint = (f"combine the shifted offsets as row·(2Gw-1) + column (the column "
-                            f"offset takes 2Gw-1 = {2 * gw - 1} values, not 2Gh-1 = {2 * gh - 1})")
-                raise AssertionError(f"{what}: offsets {other} and {offset} (row, column) share "
-                                     f"entry {entry}, so the bias cannot tell them apart; {hint}")
+                    hint = (
+                        f"combine the shifted offsets as row·(2Gw-1) + column (the column "
+                        f"offset takes 2Gw-1 = {2 * gw - 1} values, not 2Gh-1 = {2 * gh - 1})"
+                    )
+                raise AssertionError(
+                    f"{what}: offsets {other} and {offset} (row, column) share "
+                    f"entry {entry}, so the bias cannot tell them apart; {hint}"
+                )
         # Entries lie in [0, size) and no entry serves two offsets, so by pigeonhole each of the
         # (2Gh-1)(2Gw-1) offsets has exactly one entry: the index is translation invariant.
-    passed("check_relative_position_index",
-           "one entry per 2D offset on 3 grids (square and non-square).")
+    passed(
+        "check_relative_position_index",
+        "one entry per 2D offset on 3 grids (square and non-square).",
+    )

@@ -52,45 +52,60 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
                 continue
             where += f": got {got:.6g}, want {want:.6g}"
             if t < w and math.isclose(got, lr * t / w, rel_tol=1e-6):
-                hint = ("your warm-up starts at 0, so the first step does not learn at all; "
-                        "step t uses lr·(t + 1)/(w + 1), reaching lr at step w")
+                hint = (
+                    "your warm-up starts at 0, so the first step does not learn at all; "
+                    "step t uses lr·(t + 1)/(w + 1), reaching lr at step w"
+                )
             elif t < w and math.isclose(got, lr * (t + 1) / w, rel_tol=1e-6):
-                hint = (f"your warm-up reaches lr one step early, at step w - 1 = {w - 1}, and "
-                        f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
-                        f"lr·(t + 1)/(w + 1), reaching lr at step w, where the cosine starts")
+                hint = (
+                    f"your warm-up reaches lr one step early, at step w - 1 = {w - 1}, and "
+                    f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
+                    f"lr·(t + 1)/(w + 1), reaching lr at step w, where the cosine starts"
+                )
             elif t < w and math.isclose(got, _lr_at(t, lr, 0, T), rel_tol=1e-6):
                 hint = "there is no warm-up: the rate must rise linearly during the first w steps"
-            elif t >= w and math.isclose(got, lr * (1 + math.cos(math.pi * t / T)) / 2,
-                                         rel_tol=1e-6):
-                hint = ("the cosine must start after the warm-up: its phase is π(t - w)/(T - w), "
-                        "not πt/T, or the peak rate is never used")
-            elif t >= w and math.isclose(got, lr * math.cos(math.pi * (t - w) / (T - w)),
-                                         rel_tol=1e-6, abs_tol=1e-12):
-                hint = ("the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0")
+            elif t >= w and math.isclose(
+                got, lr * (1 + math.cos(math.pi * t / T)) / 2, rel_tol=1e-6
+            ):
+                hint = (
+                    "the cosine must start after the warm-up: its phase is π(t - w)/(T - w), "
+                    "not πt/T, or the peak rate is never used"
+                )
+            elif t >= w and math.isclose(
+                got, lr * math.cos(math.pi * (t - w) / (T - w)), rel_tol=1e-6, abs_tol=1e-12
+            ):
+                hint = "the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0"
             else:
                 hint = "compare with the two formulas in the chapter"
             raise AssertionError(f"{where}; {hint}.")
-    passed("check_lr_schedule", "matches torch's LinearLR + CosineAnnealingLR at every step "
-                                "of 3 schedules.")
+    passed(
+        "check_lr_schedule",
+        "matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.",
+    )
 
 
 def _as_groups(groups: Any) -> list[dict]:
     """The groups as ``torch.optim`` reads them: any iterable of dicts, each with ``params``
     a tensor or an ordered iterable of tensors (a generator is fine, a set is not)."""
     if isinstance(groups, (Tensor, dict, str)) or not isinstance(groups, Iterable):
-        raise AssertionError(f"return a list of dicts, got {type(groups).__name__}: one dict per "
-                             "group, each with 'params' and 'weight_decay'")
+        raise AssertionError(
+            f"return a list of dicts, got {type(groups).__name__}: one dict per "
+            "group, each with 'params' and 'weight_decay'"
+        )
     groups = list(groups)
     if not all(isinstance(g, dict) and "params" in g for g in groups):
-        raise AssertionError("return a list of dicts, each with 'params' (a list of "
-                             "parameters) and 'weight_decay'")
+        raise AssertionError(
+            "return a list of dicts, each with 'params' (a list of parameters) and 'weight_decay'"
+        )
     normalised = []
     for g in groups:
         params = g["params"]
         if isinstance(params, set):
-            raise AssertionError("a group's 'params' is a set, which torch.optim refuses: a set's "
-                                 "order changes from run to run, and the optimiser's state with "
-                                 "it; use a list")
+            raise AssertionError(
+                "a group's 'params' is a set, which torch.optim refuses: a set's "
+                "order changes from run to run, and the optimiser's state with "
+                "it; use a list"
+            )
         normalised.append({**g, "params": [params] if isinstance(params, Tensor) else list(params)})
     return normalised
 
@@ -118,16 +133,30 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         >>> check_param_groups(param_groups)
         Correct! check_param_groups: 2 models, every parameter in the right group.
     """
-    models = [VisionTransformer(image_size=8, patch_size=2, in_channels=1, num_classes=10,
-                                dim=16, depth=2, num_heads=2),
-              VisionTransformer(image_size=8, patch_size=1, in_channels=1, num_classes=10,
-                                dim=16, depth=1, num_heads=2, stem="conv", pool="mean",
-                                pos_embed="relative")]
+    models = [
+        VisionTransformer(
+            image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=16, depth=2, num_heads=2
+        ),
+        VisionTransformer(
+            image_size=8,
+            patch_size=1,
+            in_channels=1,
+            num_classes=10,
+            dim=16,
+            depth=1,
+            num_heads=2,
+            stem="conv",
+            pool="mean",
+            pos_embed="relative",
+        ),
+    ]
     for model in models:
         groups = _as_groups(call_safely(fn, (model, 0.05), "a ViT"))
         if not all("weight_decay" in g for g in groups):
-            raise AssertionError("give every group its 'weight_decay': a group without one takes "
-                                 "the optimiser's default (0.01 for AdamW), not 0")
+            raise AssertionError(
+                "give every group its 'weight_decay': a group without one takes "
+                "the optimiser's default (0.01 for AdamW), not 0"
+            )
         seen = [id(p) for g in groups for p in g["params"]]
         if len(seen) != len(set(seen)):
             raise AssertionError("a parameter is in two groups; each must be in exactly one")
@@ -136,8 +165,9 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
             raise AssertionError(f"parameters missing from every group: {sorted(missing)}")
         rates = {g.get("weight_decay") for g in groups if g.get("weight_decay", 0) > 0}
         if rates - {0.05}:
-            raise AssertionError(f"the decayed group must use the weight_decay argument (0.05), "
-                                 f"got {sorted(rates)}")
+            raise AssertionError(
+                f"the decayed group must use the weight_decay argument (0.05), got {sorted(rates)}"
+            )
         decayed = _names(model, groups)
         want_decayed = _names(model, param_groups(model, 0.05))
         if decayed == want_decayed:
@@ -146,16 +176,22 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         special = set(model.no_weight_decay())
         hints = []
         if wrongly_decayed & special:
-            hints.append(f"{sorted(wrongly_decayed & special)} are decayed: the class token and "
-                         "position embeddings are listed by model.no_weight_decay(); decaying "
-                         "them pulls them to zero, erasing what they encode")
+            hints.append(
+                f"{sorted(wrongly_decayed & special)} are decayed: the class token and "
+                "position embeddings are listed by model.no_weight_decay(); decaying "
+                "them pulls them to zero, erasing what they encode"
+            )
         if wrongly_decayed - special:
             examples = sorted(wrongly_decayed - special)[:3]
-            hints.append(f"biases and norm weights are decayed ({examples}...): exempt every "
-                         "parameter with fewer than 2 dimensions")
+            hints.append(
+                f"biases and norm weights are decayed ({examples}...): exempt every "
+                "parameter with fewer than 2 dimensions"
+            )
         if wrongly_exempt:
-            hints.append(f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
-                         "parameters with fewer than 2 dimensions, and the no_weight_decay() "
-                         "names, are exempt")
+            hints.append(
+                f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
+                "parameters with fewer than 2 dimensions, and the no_weight_decay() "
+                "names, are exempt"
+            )
         raise AssertionError("; and ".join(hints))
     passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")

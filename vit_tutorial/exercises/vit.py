@@ -28,19 +28,19 @@ def _mistakes(c: ViTConfig) -> dict[int, str]:
     N = (c.image_size // c.patch_size) ** 2 + 1
     return {
         -D: f"off by D = {D}, one D-vector: the bias of the patch embedding (one per output "
-            f"channel of the conv), the class token, or its row of the position table "
-            f"(N + 1 rows for N patches); one of the three is missing",
+        f"channel of the conv), the class token, or its row of the position table "
+        f"(N + 1 rows for N patches); one of the three is missing",
         -2 * D: f"off by 2·D = {2 * D}: the final LayerNorm (after the last block, a scale γ "
-                f"and a shift β of D numbers each) is missing, or two D-vectors among the "
-                f"patch embedding's bias, the class token and its position row",
+        f"and a shift β of D numbers each) is missing, or two D-vectors among the "
+        f"patch embedding's bias, the class token and its position row",
         -N * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
         -(L * 4 * D + 2 * D): "the LayerNorms are missing: two per block and one at the end, "
-                              "each with a scale γ and a shift β of D numbers",
+        "each with a scale γ and a shift β of D numbers",
         -(D + L * (3 * D + D + r + D) + K): "the biases of the convolution and the Linear "
-                                             "layers are missing",
+        "layers are missing",
         -(D * K + K): "the classification head (D·num_classes + num_classes) is missing",
         -(L * (2 * D * D + 2 * D)): "the attention's input projection makes queries, keys and "
-                                    "values: 3·D² weights and 3·D biases, not D² + D",
+        "values: 3·D² weights and 3·D biases, not D² + D",
     }
 
 
@@ -60,8 +60,16 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
         Correct! check_param_count: exact on 4 configs, from 0.1M to 304.3M parameters.
     """
     cases = [
-        ViTConfig(image_size=32, patch_size=8, in_channels=1, dim=64, depth=3, num_heads=4,
-                  mlp_ratio=2.0, num_classes=10),
+        ViTConfig(
+            image_size=32,
+            patch_size=8,
+            in_channels=1,
+            dim=64,
+            depth=3,
+            num_heads=4,
+            mlp_ratio=2.0,
+            num_classes=10,
+        ),
         ViTConfig(),  # ViT-B/16
         ViTConfig(patch_size=32),  # ViT-B/32
         ViTConfig(dim=1024, depth=24, num_heads=16),  # ViT-L/16
@@ -72,14 +80,21 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
         counts.append(want)
         if got == want:
             continue
-        where = (f"image_size={c.image_size}, patch_size={c.patch_size}, dim={c.dim}, "
-                 f"depth={c.depth}, mlp_ratio={c.mlp_ratio}, num_classes={c.num_classes}")
-        explanation = _mistakes(c).get(int(got) - want, "compare it term by term with the "
-                                       "per-component table of the chapter")
-        raise AssertionError(f"for {where} you get {got:,}, the model has {want:,} "
-                             f"({got - want:+,}): {explanation}")
-    passed("check_param_count", f"exact on {len(cases)} configs, from {min(counts) / 1e6:.1f}M "
-                                f"to {max(counts) / 1e6:.1f}M parameters.")
+        where = (
+            f"image_size={c.image_size}, patch_size={c.patch_size}, dim={c.dim}, "
+            f"depth={c.depth}, mlp_ratio={c.mlp_ratio}, num_classes={c.num_classes}"
+        )
+        explanation = _mistakes(c).get(
+            int(got) - want, "compare it term by term with the per-component table of the chapter"
+        )
+        raise AssertionError(
+            f"for {where} you get {got:,}, the model has {want:,} ({got - want:+,}): {explanation}"
+        )
+    passed(
+        "check_param_count",
+        f"exact on {len(cases)} configs, from {min(counts) / 1e6:.1f}M "
+        f"to {max(counts) / 1e6:.1f}M parameters.",
+    )
 
 
 def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -106,8 +121,16 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
         Correct! check_predict: eval mode, no autograd graph, softmax over the classes, top 3.
     """
     # @checker seeds the random state, and restores the learner's afterwards.
-    model = VisionTransformer(image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
-                              num_classes=10, dropout=0.3, drop_path=0.3)
+    model = VisionTransformer(
+        image_size=16,
+        patch_size=4,
+        dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=10,
+        dropout=0.3,
+        drop_path=0.3,
+    )
     torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
     images = torch.randn(4, 3, 16, 16)
     k = 3
@@ -126,20 +149,30 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
         raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
     got_p, got_i = got
     if got_p.shape != (4, k) or got_i.shape != (4, k):
-        raise AssertionError(f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
-                             f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1")
+        raise AssertionError(
+            f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
+            f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1"
+        )
     if any(modes):  # restoring the mode afterwards, as training.predict does, is fine
-        raise AssertionError("the model ran in training mode: call model.eval() first, or "
-                             "dropout and drop path make the predictions random")
+        raise AssertionError(
+            "the model ran in training mode: call model.eval() first, or "
+            "dropout and drop path make the predictions random"
+        )
     if got_p.requires_grad:
-        raise AssertionError("the result carries an autograd graph: run the model inside "
-                             "torch.no_grad() (or torch.inference_mode()) to save memory and time")
+        raise AssertionError(
+            "the result carries an autograd graph: run the model inside "
+            "torch.no_grad() (or torch.inference_mode()) to save memory and time"
+        )
     if close(got_p, logits.topk(k, dim=-1).values, atol=1e-5):
         raise AssertionError("these are logits, not probabilities: apply softmax(dim=-1) first")
     if close(got_p, logits.softmax(dim=0).topk(k, dim=-1).values, atol=1e-5):
-        raise AssertionError("the softmax runs over the batch (dim=0): it must run over the "
-                             "classes (dim=-1), so each image's probabilities sum to 1")
+        raise AssertionError(
+            "the softmax runs over the batch (dim=0): it must run over the "
+            "classes (dim=-1), so each image's probabilities sum to 1"
+        )
     if not (close(got_p, want_p, atol=1e-5) and torch.equal(got_i, want_i)):
-        raise AssertionError("the top-k probabilities or classes differ from "
-                             "model(images).softmax(-1).topk(k) in eval mode")
+        raise AssertionError(
+            "the top-k probabilities or classes differ from "
+            "model(images).softmax(-1).topk(k) in eval mode"
+        )
     passed("check_predict", f"eval mode, no autograd graph, softmax over the classes, top {k}.")
