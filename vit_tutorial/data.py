@@ -15,7 +15,9 @@ Images are ``(C, H, W)`` tensors, normalised per channel.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -184,6 +186,29 @@ def _check_reachable(url: str, timeout: float) -> None:
         ) from error
 
 
+def _cifar10_transforms() -> tuple[Callable, Callable]:
+    """Training (random crop with 4 pixels of padding, flip) and test transforms."""
+    from torchvision import transforms
+
+    normalize = transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)
+    train = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
+    return (
+        transforms.Compose([*train, transforms.ToTensor(), normalize]),
+        transforms.Compose([transforms.ToTensor(), normalize]),
+    )
+
+
+@contextlib.contextmanager
+def _socket_timeout(seconds: float) -> Iterator[None]:
+    """Give every socket opened inside the block a timeout of ``seconds``."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
 def cifar10_datasets(
     root: str | Path,
     download: bool = True,
@@ -210,19 +235,10 @@ def cifar10_datasets(
         RuntimeError: the data is missing and ``download`` is false.
         ConnectionError: the data is missing and the server cannot be reached.
     """
-    from torchvision import datasets, transforms
+    from torchvision import datasets
 
     root = Path(root)
-    normalize = transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)
-    train_tf = transforms.Compose(
-        [
-            transforms.RandomCrop(32, padding=4),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            normalize,
-        ]
-    )
-    test_tf = transforms.Compose([transforms.ToTensor(), normalize])
+    train_tf, test_tf = _cifar10_transforms()
     if not (root / "cifar-10-batches-py").is_dir():
         if not download:
             raise RuntimeError(
@@ -230,13 +246,9 @@ def cifar10_datasets(
                 f"call cifar10_datasets(root, download=True) with internet access"
             )
         _check_reachable(CIFAR10_URL, timeout)
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(timeout)  # a stalled download fails instead of hanging
-    try:
+    with _socket_timeout(timeout):  # a stalled download fails instead of hanging
         train = datasets.CIFAR10(root, train=True, transform=train_tf, download=download)
         test = datasets.CIFAR10(root, train=False, transform=test_tf, download=download)
-    finally:
-        socket.setdefaulttimeout(previous)
     return DataSplits(
         train=train,
         test=test,

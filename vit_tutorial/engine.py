@@ -286,41 +286,44 @@ def fit(
             ``train_loader``, or a checkpoint to resume that was trained with other settings.
     """
     settings = _Settings(
-        epochs,
-        lr,
-        weight_decay,
-        warmup_epochs,
-        label_smoothing,
-        grad_clip,
-        steps_per_epoch=len(train_loader),
+        epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip, len(train_loader)
     )
+    run, start, history = _start(model, settings, device, amp, checkpoint_path)
+    with _progress_bar(epochs, start, progress) as bar:
+        for epoch in range(start, epochs):
+            train = _train_one_epoch(run, train_loader, epoch)
+            val = evaluate(model, val_loader, run.device, amp) if val_loader is not None else {}
+            _record(history, epoch + 1, train, val)
+            if checkpoint_path is not None and _rank() == 0:
+                _save(checkpoint_path, run, epoch + 1, history)
+            _log_epoch(bar, history, epochs, progress)
+    return history
+
+
+def _start(
+    model: nn.Module,
+    settings: _Settings,
+    device: str | torch.device,
+    amp: str | None,
+    checkpoint_path: str | Path | None,
+) -> tuple[_Run, int, dict[str, list]]:
+    """Move the model, build optimiser, schedule and scaler, and resume: ``(run, epoch, history)``."""
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
     optimizer, scheduler = _optimizer_and_schedule(model, settings)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     start, history = _resume(checkpoint_path, model, optimizer, scheduler, scaler, settings)
-    run = _Run(
-        model, _distributed(model, device), optimizer, scheduler, scaler, device, dtype, settings
+    net = _distributed(model, device)
+    return _Run(model, net, optimizer, scheduler, scaler, device, dtype, settings), start, history
+
+
+def _save(path: str | Path, run: _Run, epoch: int, history: dict[str, list]) -> None:
+    """The checkpoint after ``epoch`` epochs, with the settings to check on resuming."""
+    extra = dataclasses.asdict(run.settings)
+    save_checkpoint(
+        path, run.model, run.optimizer, run.scheduler, run.scaler, epoch, history, extra
     )
-    with _progress_bar(epochs, start, progress) as bar:
-        for epoch in range(start, epochs):
-            train = _train_one_epoch(run, train_loader, epoch)
-            val = evaluate(model, val_loader, device, amp) if val_loader is not None else {}
-            _record(history, epoch + 1, train, val)
-            if checkpoint_path is not None and _rank() == 0:
-                save_checkpoint(
-                    checkpoint_path,
-                    model,
-                    optimizer,
-                    scheduler,
-                    scaler,
-                    epoch + 1,
-                    history,
-                    dataclasses.asdict(settings),
-                )
-            _log_epoch(bar, history, epochs, progress)
-    return history
 
 
 def _optimizer_and_schedule(
