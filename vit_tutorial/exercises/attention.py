@@ -28,6 +28,34 @@ def _multi_head(
     return rearrange(out, "b h n d -> b n (h d)")
 
 
+def _mistakes(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[Tensor, str]]:
+    """Outputs of the usual mistakes on ``(B, N, D)`` inputs, each with its explanation."""
+    D, h = q.shape[-1], num_heads
+    d = D // h
+    return [
+        (
+            _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
+            f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
+            f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d",
+        ),
+        (
+            _multi_head(q, k, v, h, scale=math.sqrt(d)),
+            f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
+            f"is 1/√d, softmax(Q Kᵀ / √d) V",
+        ),
+        (
+            _multi_head(q, k, v, h, scale=1.0),
+            f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
+            f"softmax saturates as d grows",
+        ),
+        (
+            _multi_head(q, k, v, h, scale=None, softmax_dim=-2),
+            "the softmax runs over the wrong axis: each query's row of scores (the last "
+            "axis, over keys) must sum to 1, not each key's column",
+        ),
+    ]
+
+
 @checker
 def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     """Grade a learner's ``fn(q, k, v, num_heads) -> out`` on ``(B, N, D)`` tensors.
@@ -60,30 +88,7 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
         want = _multi_head(q, k, v, h, scale=None)
         if close(got, want):
             continue
-        d = D // h
-        mistakes = [
-            (
-                _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
-                f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
-                f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d",
-            ),
-            (
-                _multi_head(q, k, v, h, scale=math.sqrt(d)),
-                f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
-                f"is 1/√d, softmax(Q Kᵀ / √d) V",
-            ),
-            (
-                _multi_head(q, k, v, h, scale=1.0),
-                f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
-                f"softmax saturates as d grows",
-            ),
-            (
-                _multi_head(q, k, v, h, scale=None, softmax_dim=-2),
-                "the softmax runs over the wrong axis: each query's row of scores (the last "
-                "axis, over keys) must sum to 1, not each key's column",
-            ),
-        ]
-        for wrong, explanation in mistakes:
+        for wrong, explanation in _mistakes(q, k, v, h):
             if close(got, wrong):
                 raise AssertionError(f"{case}: {explanation}.")
         diff = (got - want).abs().max().item()

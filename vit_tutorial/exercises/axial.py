@@ -17,6 +17,36 @@ __all__ = ["check_axial_attention", "check_axial_scores"]
 Attend = Callable[[Tensor], Tensor]
 
 
+def _diagnose(got: Tensor, want: Tensor, x: Tensor, attend: Attend, axis: str) -> str:
+    """Why ``got`` differs from ``want`` on the grid ``x`` of shape ``(B, Gh, Gw, D)``."""
+    B, gh, gw, D = x.shape
+    with torch.no_grad():
+        other = along_axis(x, attend, "width" if axis == "height" else "height")
+        folded_by_reshape = attend(x.reshape(-1, gh, D)).reshape(x.shape)
+        full = attend(x.reshape(B, gh * gw, D)).reshape(x.shape)
+    if close(got, other):
+        line = "column" if axis == "height" else "row"
+        return (
+            f"you attended along the other axis; 'height' means each token attends "
+            f"to the tokens above and below it (its column), 'width' to its row; here each "
+            f"token must see its {line}"
+        )
+    if axis == "height" and close(got, folded_by_reshape):
+        return (
+            f"x.reshape(B·Gw, Gh, D) does not gather columns: in memory the grid is "
+            f"row-major, so reshape cuts it into runs of {gh} consecutive tokens of a row. "
+            f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
+            f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
+        )
+    if close(got, full):
+        return "every token attended to the whole grid; axial attention attends along one axis only"
+    diff = (got - want).abs().max().item()
+    return (
+        f"the output differs from the reference by up to {diff:.3g}; check that the "
+        f"fold and the unfold are inverse patterns (same order of b and the folded axis)"
+    )
+
+
 @checker
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     """Grade a learner's ``fn(x, attend, axis) -> out`` on grids ``x`` of shape ``(B, Gh, Gw, D)``.
@@ -43,9 +73,6 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
         with torch.no_grad():
             got = fn(x.clone(), attend, axis)
             want = along_axis(x, attend, axis)
-            other = along_axis(x, attend, "width" if axis == "height" else "height")
-            folded_by_reshape = attend(x.reshape(-1, gh, 8)).reshape(x.shape)
-            full = attend(x.reshape(2, gh * gw, 8)).reshape(x.shape)
         case = f"grid {gh}×{gw}, axis={axis!r}"
         if not isinstance(got, Tensor):
             raise AssertionError(f"fn must return a tensor, got {type(got).__name__}")
@@ -56,30 +83,7 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
             )
         if close(got, want):
             continue
-        if close(got, other):
-            line = "column" if axis == "height" else "row"
-            raise AssertionError(
-                f"{case}: you attended along the other axis; 'height' means each token attends "
-                f"to the tokens above and below it (its column), 'width' to its row; here each "
-                f"token must see its {line}"
-            )
-        if axis == "height" and close(got, folded_by_reshape):
-            raise AssertionError(
-                f"{case}: x.reshape(B·Gw, Gh, D) does not gather columns: in memory the grid is "
-                f"row-major, so reshape cuts it into runs of {gh} consecutive tokens of a row. "
-                f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
-                f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
-            )
-        if close(got, full):
-            raise AssertionError(
-                f"{case}: every token attended to the whole grid; axial "
-                f"attention attends along one axis only"
-            )
-        diff = (got - want).abs().max().item()
-        raise AssertionError(
-            f"{case}: the output differs from the reference by up to {diff:.3g}; check that the "
-            f"fold and the unfold are inverse patterns (same order of b and the folded axis)"
-        )
+        raise AssertionError(f"{case}: {_diagnose(got, want, x, attend, axis)}")
     passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
 
 

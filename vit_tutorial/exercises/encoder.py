@@ -36,25 +36,8 @@ def _one_coin(
     return False
 
 
-@checker
-def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
-    """Grade a learner's ``fn(x, p, training) -> Tensor``, stochastic depth.
-
-    In training, each sample (row of the batch) must be zeroed with probability ``p``
-    and otherwise scaled by ``1 / (1 - p)``; at evaluation, or with ``p = 0``, ``x`` must
-    come back unchanged.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
-    Example:
-        >>> from vit_tutorial.encoder import drop_path
-        >>> check_drop_path(drop_path)
-        Correct! check_drop_path: whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.
-    """
-    generator = torch.Generator().manual_seed(0)
-    # (B, N, D), all positive so that a zero means "dropped"
-    x = torch.rand(2000, 4, 8, generator=generator) + 1.0
+def _check_identity(fn: Callable[[Tensor, float, bool], Tensor], x: Tensor) -> None:
+    """Check that ``fn`` returns ``x`` unchanged at evaluation, and in training with ``p = 0``."""
     for p in (0.0, 0.3):
         got = call_safely(fn, (x.clone(), p, False), f"training=False, p={p}")
         if not (isinstance(got, Tensor) and close(got, x, atol=0.0)):
@@ -64,13 +47,13 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
             )
     if not close(call_safely(fn, (x.clone(), 0.0, True), "training=True, p=0"), x, atol=0.0):
         raise AssertionError("with p=0 nothing may be dropped or rescaled")
-    p = 0.3
-    got = call_safely(fn, (x.clone(), p, True), f"training=True, p={p}")
-    if not isinstance(got, Tensor) or got.shape != x.shape:
-        shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-        raise AssertionError(
-            f"the output must have the input's shape {tuple(x.shape)}, got {shape}"
-        )
+
+
+def _dropped_samples(
+    fn: Callable[[Tensor, float, bool], Tensor], x: Tensor, p: float, got: Tensor
+) -> Tensor:
+    """Which samples ``got = fn(x, p, True)`` dropped, a ``(B,)`` mask, once it is checked that
+    each sample is dropped whole, by a coin of its own, at rate ``p``."""
     per_sample = (got == 0).flatten(1)  # (B, N·D): which numbers of each sample are zero
     if not (per_sample.all(1) | ~per_sample.any(1)).all():
         raise AssertionError(
@@ -94,7 +77,37 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
         raise AssertionError(
             f"with p={p} you dropped {rate:.0%} of the samples, expected about {p:.0%}"
         )
-    kept = ~per_sample.all(1)
+    return per_sample.all(1)
+
+
+@checker
+def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
+    """Grade a learner's ``fn(x, p, training) -> Tensor``, stochastic depth.
+
+    In training, each sample (row of the batch) must be zeroed with probability ``p``
+    and otherwise scaled by ``1 / (1 - p)``; at evaluation, or with ``p = 0``, ``x`` must
+    come back unchanged.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> from vit_tutorial.encoder import drop_path
+        >>> check_drop_path(drop_path)
+        Correct! check_drop_path: whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.
+    """
+    generator = torch.Generator().manual_seed(0)
+    # (B, N, D), all positive so that a zero means "dropped"
+    x = torch.rand(2000, 4, 8, generator=generator) + 1.0
+    _check_identity(fn, x)
+    p = 0.3
+    got = call_safely(fn, (x.clone(), p, True), f"training=True, p={p}")
+    if not isinstance(got, Tensor) or got.shape != x.shape:
+        shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+        raise AssertionError(
+            f"the output must have the input's shape {tuple(x.shape)}, got {shape}"
+        )
+    kept = ~_dropped_samples(fn, x, p, got)
     if close(got[kept], x[kept]):
         raise AssertionError(
             f"the kept samples are not rescaled: divide them by 1 - p = {1 - p}, "

@@ -14,6 +14,65 @@ from vit_tutorial.positional import sinusoidal_1d, sinusoidal_2d
 __all__ = ["check_relative_position_index", "check_sinusoidal_2d"]
 
 
+def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, str]]:
+    """Tables of the usual mistakes, from the right table ``want``, each with its explanation."""
+    gw = grid_size[1]
+    N, dim = want.shape
+    half = dim // 2
+    pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
+    return [
+        (
+            sinusoidal_1d(N, dim),
+            f"this is the 1D code of the flattened index n = row·Gw + column, so the "
+            f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
+            f"in it although they sit at opposite ends of the image. Encode the row with half "
+            f"the channels and the column with the other half",
+        ),
+        (
+            torch.cat([want[:, half:], want[:, :half]], 1),
+            "the column is in the first half and the row in the "
+            "second; a valid code, but the package puts the row first",
+        ),
+        (
+            rearrange(pairs.flip(-1), "n k two -> n (k two)"),
+            "sin and cos are swapped: each pair of channels is "
+            "(sin, cos) of one angle, sin on even channels and cos on odd "
+            "ones, as in sinusoidal_1d",
+        ),
+        (
+            rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2),
+            "all sines of an axis come before its cosines (MAE's "
+            "layout); a valid code, but sinusoidal_1d interleaves them: sin "
+            "on even channels and cos on odd ones",
+        ),
+    ]
+
+
+def _diagnose_table(got: Tensor, want: Tensor, grid_size: tuple[int, int]) -> str:
+    """Why a table ``got`` of the right shape differs from ``want``, the right one."""
+    gh, gw = grid_size
+    got = got.float()
+    grid = got.reshape(gh, gw, want.shape[1])
+    if gw > 1 and torch.allclose(grid[:, 0], grid[:, 1], atol=1e-6):
+        return (
+            "patches in the same row but different columns get the "
+            "same code: the table encodes only the row, not the column"
+        )
+    if gh > 1 and torch.allclose(grid[0], grid[1], atol=1e-6):
+        return (
+            "patches in the same column but different rows get the "
+            "same code: the table encodes only the column, not the row"
+        )
+    for wrong, explanation in _mistakes(want, grid_size):
+        if close(got, wrong):
+            return explanation
+    return (
+        f"differs from sinusoidal_2d by up to "
+        f"{(got - want).abs().max().item():.3g}; check the frequencies "
+        f"T^(-2i/(D/2)) of each half"
+    )
+
+
 @checker
 def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     """Grade a learner's ``fn(grid_size, dim) -> table`` against :func:`sinusoidal_2d`.
@@ -44,51 +103,37 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
         want = sinusoidal_2d((gh, gw), dim)
         if close(got, want):
             continue
-        got = got.float()
-        grid = got.reshape(gh, gw, dim)
-        if gw > 1 and torch.allclose(grid[:, 0], grid[:, 1], atol=1e-6):
-            raise AssertionError(
-                f"{what}: patches in the same row but different columns get the "
-                f"same code: the table encodes only the row, not the column"
-            )
-        if gh > 1 and torch.allclose(grid[0], grid[1], atol=1e-6):
-            raise AssertionError(
-                f"{what}: patches in the same column but different rows get the "
-                f"same code: the table encodes only the column, not the row"
-            )
-        if close(got, sinusoidal_1d(N, dim)):
-            raise AssertionError(
-                f"{what}: this is the 1D code of the flattened index n = row·Gw + column, so the "
-                f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
-                f"in it although they sit at opposite ends of the image. Encode the row with half "
-                f"the channels and the column with the other half"
-            )
-        half = dim // 2
-        if close(got, torch.cat([want[:, half:], want[:, :half]], 1)):
-            raise AssertionError(
-                f"{what}: the column is in the first half and the row in the "
-                f"second; a valid code, but the package puts the row first"
-            )
-        pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
-        if close(got, rearrange(pairs.flip(-1), "n k two -> n (k two)")):
-            raise AssertionError(
-                f"{what}: sin and cos are swapped: each pair of channels is "
-                f"(sin, cos) of one angle, sin on even channels and cos on odd "
-                f"ones, as in sinusoidal_1d"
-            )
-        blocks = rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2)
-        if close(got, blocks):
-            raise AssertionError(
-                f"{what}: all sines of an axis come before its cosines (MAE's "
-                f"layout); a valid code, but sinusoidal_1d interleaves them: sin "
-                f"on even channels and cos on odd ones"
-            )
-        raise AssertionError(
-            f"{what}: differs from sinusoidal_2d by up to "
-            f"{(got - want).abs().max().item():.3g}; check the frequencies "
-            f"T^(-2i/(D/2)) of each half"
-        )
+        raise AssertionError(f"{what}: {_diagnose_table(got, want, (gh, gw))}")
     passed("check_sinusoidal_2d", "3 grids (14×14 with D=768, and non-square), both axes encoded.")
+
+
+def _check_one_entry_per_offset(index: Tensor, grid_size: tuple[int, int], what: str) -> None:
+    """Check that no entry of ``index`` serves two 2D offsets, and name the bug if one does."""
+    gh, gw = grid_size
+    N = gh * gw
+    rows, cols = torch.arange(N) // gw, torch.arange(N) % gw
+    offsets = torch.stack([rows[:, None] - rows[None], cols[:, None] - cols[None]], -1)
+    seen: dict[int, tuple[int, int]] = {}
+    for n in range(N):
+        for m in range(N):
+            offset, entry = tuple(offsets[n, m].tolist()), int(index[n, m])
+            other = seen.setdefault(entry, offset)
+            if other == offset:
+                continue
+            if other[0] * gw + other[1] == offset[0] * gw + offset[1]:
+                hint = (
+                    "that is the offset n - m of the flattened indices, which mixes rows "
+                    "and columns; use the 2D offset (row, column)"
+                )
+            else:
+                hint = (
+                    f"combine the shifted offsets as row·(2Gw-1) + column (the column "
+                    f"offset takes 2Gw-1 = {2 * gw - 1} values, not 2Gh-1 = {2 * gh - 1})"
+                )
+            raise AssertionError(
+                f"{what}: offsets {other} and {offset} (row, column) share "
+                f"entry {entry}, so the bias cannot tell them apart; {hint}"
+            )
 
 
 @checker
@@ -126,29 +171,7 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
                 f"the column offset by Gw-1 so they are non-negative, then combine them as "
                 f"row·(2Gw-1) + column"
             )
-        rows, cols = torch.arange(N) // gw, torch.arange(N) % gw
-        offsets = torch.stack([rows[:, None] - rows[None], cols[:, None] - cols[None]], -1)
-        seen: dict[int, tuple[int, int]] = {}
-        for n in range(N):
-            for m in range(N):
-                offset, entry = tuple(offsets[n, m].tolist()), int(index[n, m])
-                other = seen.setdefault(entry, offset)
-                if other == offset:
-                    continue
-                if other[0] * gw + other[1] == offset[0] * gw + offset[1]:
-                    hint = (
-                        "that is the offset n - m of the flattened indices, which mixes rows "
-                        "and columns; use the 2D offset (row, column)"
-                    )
-                else:
-                    hint = (
-                        f"combine the shifted offsets as row·(2Gw-1) + column (the column "
-                        f"offset takes 2Gw-1 = {2 * gw - 1} values, not 2Gh-1 = {2 * gh - 1})"
-                    )
-                raise AssertionError(
-                    f"{what}: offsets {other} and {offset} (row, column) share "
-                    f"entry {entry}, so the bias cannot tell them apart; {hint}"
-                )
+        _check_one_entry_per_offset(index, (gh, gw), what)
         # Entries lie in [0, size) and no entry serves two offsets, so by pigeonhole each of the
         # (2Gh-1)(2Gw-1) offsets has exactly one entry: the index is translation invariant.
     passed(

@@ -116,6 +116,73 @@ def _names(model: nn.Module, groups: list[dict]) -> set[str]:
     return {names[id(p)] for g in groups if g.get("weight_decay", 0) > 0 for p in g["params"]}
 
 
+def _models() -> list[VisionTransformer]:
+    """Two small ViTs: a patch stem with a class token, and a conv stem with mean pooling."""
+    return [
+        VisionTransformer(
+            image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=16, depth=2, num_heads=2
+        ),
+        VisionTransformer(
+            image_size=8,
+            patch_size=1,
+            in_channels=1,
+            num_classes=10,
+            dim=16,
+            depth=1,
+            num_heads=2,
+            stem="conv",
+            pool="mean",
+            pos_embed="relative",
+        ),
+    ]
+
+
+def _check_partition(model: nn.Module, groups: list[dict]) -> None:
+    """Check that ``groups`` hold every parameter once, each group with its ``weight_decay``."""
+    if not all("weight_decay" in g for g in groups):
+        raise AssertionError(
+            "give every group its 'weight_decay': a group without one takes "
+            "the optimiser's default (0.01 for AdamW), not 0"
+        )
+    seen = [id(p) for g in groups for p in g["params"]]
+    if len(seen) != len(set(seen)):
+        raise AssertionError("a parameter is in two groups; each must be in exactly one")
+    missing = {n for n, p in model.named_parameters() if id(p) not in set(seen)}
+    if missing:
+        raise AssertionError(f"parameters missing from every group: {sorted(missing)}")
+    rates = {g.get("weight_decay") for g in groups if g.get("weight_decay", 0) > 0}
+    if rates - {0.05}:
+        raise AssertionError(
+            f"the decayed group must use the weight_decay argument (0.05), got {sorted(rates)}"
+        )
+
+
+def _diagnose_decay(model: nn.Module, decayed: set[str], want_decayed: set[str]) -> str:
+    """Why the parameters named ``decayed`` are not the ``want_decayed`` ones."""
+    wrongly_decayed, wrongly_exempt = decayed - want_decayed, want_decayed - decayed
+    special = set(model.no_weight_decay())
+    hints = []
+    if wrongly_decayed & special:
+        hints.append(
+            f"{sorted(wrongly_decayed & special)} are decayed: the class token and "
+            "position embeddings are listed by model.no_weight_decay(); decaying "
+            "them pulls them to zero, erasing what they encode"
+        )
+    if wrongly_decayed - special:
+        examples = sorted(wrongly_decayed - special)[:3]
+        hints.append(
+            f"biases and norm weights are decayed ({examples}...): exempt every "
+            "parameter with fewer than 2 dimensions"
+        )
+    if wrongly_exempt:
+        hints.append(
+            f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
+            "parameters with fewer than 2 dimensions, and the no_weight_decay() "
+            "names, are exempt"
+        )
+    return "; and ".join(hints)
+
+
 @checker
 def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None:
     """Grade a learner's ``fn(model, weight_decay) -> list of AdamW parameter groups``.
@@ -133,65 +200,12 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         >>> check_param_groups(param_groups)
         Correct! check_param_groups: 2 models, every parameter in the right group.
     """
-    models = [
-        VisionTransformer(
-            image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=16, depth=2, num_heads=2
-        ),
-        VisionTransformer(
-            image_size=8,
-            patch_size=1,
-            in_channels=1,
-            num_classes=10,
-            dim=16,
-            depth=1,
-            num_heads=2,
-            stem="conv",
-            pool="mean",
-            pos_embed="relative",
-        ),
-    ]
+    models = _models()
     for model in models:
         groups = _as_groups(call_safely(fn, (model, 0.05), "a ViT"))
-        if not all("weight_decay" in g for g in groups):
-            raise AssertionError(
-                "give every group its 'weight_decay': a group without one takes "
-                "the optimiser's default (0.01 for AdamW), not 0"
-            )
-        seen = [id(p) for g in groups for p in g["params"]]
-        if len(seen) != len(set(seen)):
-            raise AssertionError("a parameter is in two groups; each must be in exactly one")
-        missing = {n for n, p in model.named_parameters() if id(p) not in set(seen)}
-        if missing:
-            raise AssertionError(f"parameters missing from every group: {sorted(missing)}")
-        rates = {g.get("weight_decay") for g in groups if g.get("weight_decay", 0) > 0}
-        if rates - {0.05}:
-            raise AssertionError(
-                f"the decayed group must use the weight_decay argument (0.05), got {sorted(rates)}"
-            )
+        _check_partition(model, groups)
         decayed = _names(model, groups)
         want_decayed = _names(model, param_groups(model, 0.05))
-        if decayed == want_decayed:
-            continue
-        wrongly_decayed, wrongly_exempt = decayed - want_decayed, want_decayed - decayed
-        special = set(model.no_weight_decay())
-        hints = []
-        if wrongly_decayed & special:
-            hints.append(
-                f"{sorted(wrongly_decayed & special)} are decayed: the class token and "
-                "position embeddings are listed by model.no_weight_decay(); decaying "
-                "them pulls them to zero, erasing what they encode"
-            )
-        if wrongly_decayed - special:
-            examples = sorted(wrongly_decayed - special)[:3]
-            hints.append(
-                f"biases and norm weights are decayed ({examples}...): exempt every "
-                "parameter with fewer than 2 dimensions"
-            )
-        if wrongly_exempt:
-            hints.append(
-                f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
-                "parameters with fewer than 2 dimensions, and the no_weight_decay() "
-                "names, are exempt"
-            )
-        raise AssertionError("; and ".join(hints))
+        if decayed != want_decayed:
+            raise AssertionError(_diagnose_decay(model, decayed, want_decayed))
     passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")

@@ -103,6 +103,54 @@ def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor
         return model(images).softmax(dim=-1).topk(k, dim=-1)
 
 
+def _model_with_dropout() -> VisionTransformer:
+    """A small ViT with dropout and drop path, whose head gives confident predictions."""
+    model = VisionTransformer(
+        image_size=16,
+        patch_size=4,
+        dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=10,
+        dropout=0.3,
+        drop_path=0.3,
+    )
+    torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
+    return model
+
+
+def _call_in_training_mode(
+    fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, Tensor]],
+    model: VisionTransformer,
+    images: Tensor,
+    k: int,
+) -> tuple[object, list[bool]]:
+    """``fn(model, images, k)`` on ``model`` in training mode, and ``model.training`` at each
+    forward pass of the model that ``fn`` runs."""
+    model.train()
+    modes: list[bool] = []
+    hook = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    torch.manual_seed(1)
+    try:
+        got = fn(model, images.clone(), k)
+    finally:
+        hook.remove()
+    return got, modes
+
+
+def _check_top_k(got: object, k: int) -> tuple[Tensor, Tensor]:
+    """``got`` as ``(probabilities, classes)``, once checked that both have shape ``(4, k)``."""
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
+        raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
+    got_p, got_i = got
+    if got_p.shape != (4, k) or got_i.shape != (4, k):
+        raise AssertionError(
+            f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
+            f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1"
+        )
+    return got_p, got_i
+
+
 @checker
 def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, Tensor]]) -> None:
     """Grade a learner's ``fn(model, images, k) -> (probabilities, classes)``, the top k.
@@ -120,39 +168,14 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
         >>> check_predict(_reference)
         Correct! check_predict: eval mode, no autograd graph, softmax over the classes, top 3.
     """
-    # @checker seeds the random state, and restores the learner's afterwards.
-    model = VisionTransformer(
-        image_size=16,
-        patch_size=4,
-        dim=32,
-        depth=2,
-        num_heads=2,
-        num_classes=10,
-        dropout=0.3,
-        drop_path=0.3,
-    )
-    torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
+    model = _model_with_dropout()  # @checker seeds the random state, restores the learner's
     images = torch.randn(4, 3, 16, 16)
     k = 3
     want_p, want_i = _reference(model, images, k)
     with torch.no_grad():
         logits = model(images)  # eval mode, left by _reference
-    model.train()
-    modes: list[bool] = []  # model.training at each forward pass of the learner's fn
-    hook = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
-    torch.manual_seed(1)
-    try:
-        got = fn(model, images.clone(), k)
-    finally:
-        hook.remove()
-    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
-        raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
-    got_p, got_i = got
-    if got_p.shape != (4, k) or got_i.shape != (4, k):
-        raise AssertionError(
-            f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
-            f"{tuple(got_p.shape)} and {tuple(got_i.shape)}; topk over dim=-1"
-        )
+    got, modes = _call_in_training_mode(fn, model, images, k)
+    got_p, got_i = _check_top_k(got, k)
     if any(modes):  # restoring the mode afterwards, as training.predict does, is fine
         raise AssertionError(
             "the model ran in training mode: call model.eval() first, or "
