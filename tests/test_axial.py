@@ -308,8 +308,10 @@ def test_bad_config_and_images():
         tiny(depth=0)
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\), got 1.0"):
         tiny(drop_path=1.0)
+    with pytest.raises(ValueError, match=r"mlp_ratio must be positive, got 0"):
+        AxialEncoderBlock(16, 4, mlp_ratio=0)  # checked by BlockOptions, as for EncoderBlock
     with pytest.raises(ValueError, match=r"at least one hidden unit, got hidden_dim=0"):
-        AxialEncoderBlock(16, 4, mlp_ratio=0)
+        AxialEncoderBlock(16, 4, mlp_ratio=0.01)
     with pytest.raises(TypeError, match=r"unknown AxialViTConfig fields \['pool'\]"):
         tiny(pool="cls")
     with pytest.raises(ValueError, match=r"expected image size \(8, 8\), got \(16, 16\)"):

@@ -40,7 +40,7 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path):
     model(torch.randn(2, 1, 4, 4)).sum().backward()
     optimizer.step()
     path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, model, optimizer, epoch=3, history={"val_acc": [0.5]})
+    save_checkpoint(path, model, optimizer=optimizer, epoch=3, history={"val_acc": [0.5]})
     raw = torch.load(path, weights_only=True)  # only tensors and plain containers inside
     assert raw["config"]["dim"] == 16 and raw["epoch"] == 3
     other = tiny_vit()

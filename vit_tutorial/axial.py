@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.checks import check_int
-from vit_tutorial.encoder import MLP, DropPath, drop_path_rates, init_weights
+from vit_tutorial.encoder import BlockOptions, DropPath, drop_path_rates, init_weights
 from vit_tutorial.patches import PatchEmbedding, pair
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
@@ -100,9 +100,9 @@ class AxialAttention(nn.Module):
         dim: model width D.
         num_heads: number of heads h; ``dim`` must be divisible by it.
         axis: ``'height'`` or ``'width'``.
-        qkv_bias: whether the query/key/value projection has a bias.
-        attn_dropout: dropout on the attention weights.
-        proj_dropout: dropout after the output projection.
+        **attention_options: the other arguments of
+            :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (``qkv_bias``,
+            ``attn_dropout``, ``proj_dropout``), by keyword.
 
     Example:
         >>> attn = AxialAttention(dim=32, num_heads=4, axis="height")
@@ -110,19 +110,11 @@ class AxialAttention(nn.Module):
         torch.Size([2, 6, 9, 32])
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        axis: str,
-        qkv_bias: bool = True,
-        attn_dropout: float = 0.0,
-        proj_dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, axis: str, **attention_options: Any) -> None:
         _check_axis(axis)
         super().__init__()
         self.axis = axis
-        self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
+        self.attn = MultiHeadSelfAttention(dim, num_heads, **attention_options)
 
     @property
     def fused(self) -> bool:
@@ -183,38 +175,27 @@ class AxialEncoderBlock(nn.Module):
     Args:
         dim: model width D.
         num_heads: attention heads h (in each of the two attention layers).
-        mlp_ratio: MLP hidden width as a multiple of D.
-        qkv_bias: bias in the query/key/value projections.
-        dropout: dropout after the attention projections and inside the MLP.
-        attn_dropout: dropout on the attention weights.
         drop_path: stochastic-depth probability of each residual branch.
-        norm_eps: the LayerNorm epsilon.
+        **options: the fields of :class:`~vit_tutorial.encoder.BlockOptions` (``mlp_ratio``,
+            ``qkv_bias``, ``dropout``, ``attn_dropout``, ``norm_eps``), by keyword, as for
+            :class:`~vit_tutorial.encoder.EncoderBlock`.
 
     Example:
         >>> AxialEncoderBlock(dim=32, num_heads=4)(torch.randn(2, 4, 6, 32)).shape
         torch.Size([2, 4, 6, 32])
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        qkv_bias: bool = True,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, *, drop_path: float = 0.0, **options: Any) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn_height = AxialAttention(dim, num_heads, "height", qkv_bias, attn_dropout, dropout)
+        o = BlockOptions(**options)
+        self.norm1 = nn.LayerNorm(dim, eps=o.norm_eps)
+        self.attn_height = AxialAttention(dim, num_heads, "height", **o.attention_options())
         self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn_width = AxialAttention(dim, num_heads, "width", qkv_bias, attn_dropout, dropout)
+        self.norm2 = nn.LayerNorm(dim, eps=o.norm_eps)
+        self.attn_width = AxialAttention(dim, num_heads, "width", **o.attention_options())
         self.drop_path2 = DropPath(drop_path)
-        self.norm3 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
+        self.norm3 = nn.LayerNorm(dim, eps=o.norm_eps)
+        self.mlp = o.mlp(dim)
         self.drop_path3 = DropPath(drop_path)
 
     def forward(self, x: Tensor) -> Tensor:

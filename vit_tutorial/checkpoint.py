@@ -53,21 +53,33 @@ def _model_config(model: nn.Module) -> dict[str, Any] | None:
 def save_checkpoint(
     path: str | Path,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: LRScheduler | None = None,
-    scaler: torch.amp.GradScaler | None = None,
+    *,
     epoch: int = 0,
     history: dict[str, list] | None = None,
     extra: dict[str, Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: LRScheduler | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
     """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
 
     It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
-    dataclass config, the optimiser/scheduler/grad-scaler states, the epoch, the history,
-    ``extra`` (plain values) and the torch RNG states (CPU and CUDA), only tensors and
-    plain containers, so that it loads with ``weights_only=True``; and the SHA-256 of all
-    that, which :func:`load_checkpoint` checks. NumPy scalars in ``history`` and ``extra``
-    are stored as Python numbers.
+    dataclass config, the epoch, the history, ``extra`` (plain values), the
+    optimiser/scheduler/grad-scaler states and the torch RNG states (CPU and CUDA), only
+    tensors and plain containers, so that it loads with ``weights_only=True``; and the
+    SHA-256 of all that, which :func:`load_checkpoint` checks. NumPy scalars in ``history``
+    and ``extra`` are stored as Python numbers.
+
+    Args:
+        path: the file to write; its folder is created if needed.
+        model: the model, or its DistributedDataParallel wrapper.
+        epoch: epochs done so far. Like every argument after ``model``, by keyword only:
+            the record of the run, then the training objects whose state to keep.
+        history: the per-epoch history of :func:`~vit_tutorial.engine.fit`.
+        extra: any other plain values (the run's settings, say).
+        optimizer: an optimiser to resume, or ``None``.
+        scheduler: a learning-rate scheduler to resume, or ``None``.
+        scaler: a grad scaler to resume, or ``None``.
 
     Raises:
         TypeError: ``history`` or ``extra`` holds a value that ``weights_only=True`` could

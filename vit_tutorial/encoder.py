@@ -18,6 +18,7 @@ map onto these modules one to one. Shapes: B batch, N tokens, D model width, h h
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "DropPath",
     "drop_path",
     "drop_path_rates",
+    "BlockOptions",
     "EncoderBlock",
     "Encoder",
     "init_weights",
@@ -147,51 +149,86 @@ class DropPath(nn.Module):
         return f"p={self.p}"
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockOptions:
+    """What every encoder block of a model shares besides its width: validated once, here.
+
+    :class:`EncoderBlock` and :class:`~vit_tutorial.axial.AxialEncoderBlock` take these
+    fields as keywords and build one; a model passes down those of its config with
+    :meth:`~vit_tutorial.vit.TransformerConfig.block_options`.
+
+    Attributes:
+        mlp_ratio: MLP hidden width as a multiple of D.
+        qkv_bias: bias in the query/key/value projections.
+        dropout: dropout after the attention projections and inside the MLP.
+        attn_dropout: dropout on the attention weights.
+        norm_eps: the LayerNorm epsilon (1e-6 in ViT, timm and torchvision).
+
+    Example:
+        >>> BlockOptions(dropout=0.1).attention_options()
+        {'qkv_bias': True, 'attn_dropout': 0.0, 'proj_dropout': 0.1}
+    """
+
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        check_real("mlp_ratio", self.mlp_ratio, 0.0, low_open=True)
+        check_real("norm_eps", self.norm_eps, 0.0, low_open=True)
+
+    def attention_options(self) -> dict[str, Any]:
+        """The keywords of :class:`~vit_tutorial.attention.MultiHeadSelfAttention`."""
+        return dict(
+            qkv_bias=self.qkv_bias, attn_dropout=self.attn_dropout, proj_dropout=self.dropout
+        )
+
+    def mlp(self, dim: int) -> MLP:
+        """The block's :class:`MLP`, of hidden width ``mlp_ratio · dim``."""
+        return MLP(dim, int(dim * self.mlp_ratio), self.dropout)
+
+
 class EncoderBlock(nn.Module):
     """One Transformer encoder block: attention and MLP, each in a residual branch.
 
     Args:
         dim: model width D.
         num_heads: attention heads h.
-        mlp_ratio: MLP hidden width as a multiple of D.
-        qkv_bias: bias in the query/key/value projection.
-        dropout: dropout after the attention projection and inside the MLP.
-        attn_dropout: dropout on the attention weights.
         drop_path: stochastic-depth probability of each residual branch.
-        norm_eps: the LayerNorm epsilon (1e-6 in ViT, timm and torchvision).
         norm_first: ``True`` (the default, ViT) puts LayerNorm before each branch
             ("pre-norm"); ``False`` puts it after each residual sum ("post-norm", the
             original Transformer), for comparison.
+        **options: the fields of :class:`BlockOptions` (``mlp_ratio``, ``qkv_bias``,
+            ``dropout``, ``attn_dropout``, ``norm_eps``), by keyword.
 
     Example:
         >>> block = EncoderBlock(dim=64, num_heads=4)
-        >>> out, weights = block.forward_with_weights(torch.randn(2, 10, 64))
-        >>> out.shape, weights.shape
-        (torch.Size([2, 10, 64]), torch.Size([2, 4, 10, 10]))
+        >>> x = torch.randn(2, 10, 64)
+        >>> out, weights = block.forward_with_weights(x)  # the explicit path, and its weights
+        >>> torch.allclose(out, block(x), atol=1e-5), weights.shape
+        (True, torch.Size([2, 4, 10, 10]))
     """
 
     def __init__(
         self,
         dim: int,
         num_heads: int,
-        mlp_ratio: float = 4.0,
-        qkv_bias: bool = True,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
+        *,
         drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
         norm_first: bool = True,
+        **options: Any,
     ) -> None:
         super().__init__()
         check_int("dim", dim), check_int("num_heads", num_heads)
-        check_real("mlp_ratio", mlp_ratio, 0.0, low_open=True)
-        check_real("norm_eps", norm_eps, 0.0, low_open=True)
+        o = BlockOptions(**options)
         self.norm_first = norm_first
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = MultiHeadSelfAttention(dim, num_heads, qkv_bias, attn_dropout, dropout)
+        self.norm1 = nn.LayerNorm(dim, eps=o.norm_eps)
+        self.attn = MultiHeadSelfAttention(dim, num_heads, **o.attention_options())
         self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
+        self.norm2 = nn.LayerNorm(dim, eps=o.norm_eps)
+        self.mlp = o.mlp(dim)
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
@@ -234,9 +271,8 @@ class Encoder(nn.Module):
         depth: number of blocks.
         num_heads: attention heads h.
         drop_path: stochastic-depth probability of the last block.
-        **block_options: the other arguments of :class:`EncoderBlock` (``mlp_ratio``,
-            ``qkv_bias``, ``dropout``, ``attn_dropout``, ``norm_eps``), the same for
-            every block.
+        **block_options: the fields of :class:`BlockOptions` (``mlp_ratio``, ``qkv_bias``,
+            ``dropout``, ``attn_dropout``, ``norm_eps``), the same for every block.
 
     Example:
         >>> encoder = Encoder(dim=32, depth=3, num_heads=2, drop_path=0.2)

@@ -37,7 +37,19 @@ from tqdm import tqdm
 
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 
-__all__ = ["param_groups", "warmup_cosine", "resolve_device", "predict", "evaluate", "fit"]
+__all__ = [
+    "Device",
+    "param_groups",
+    "warmup_cosine",
+    "resolve_device",
+    "predict",
+    "evaluate",
+    "fit",
+]
+
+#: Where to run: ``'auto'`` (see :func:`resolve_device`), a string that
+#: :class:`torch.device` reads (``'cpu'``, ``'cuda:1'``, ...), or a :class:`torch.device`.
+Device = str | torch.device
 
 
 def _rank() -> int:
@@ -104,7 +116,7 @@ def warmup_cosine(
     return SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
+def resolve_device(device: Device = "auto") -> torch.device:
     """``'auto'`` is the process's GPU when CUDA is available (``cuda:LOCAL_RANK``), else the CPU."""
     if str(device) != "auto":
         return torch.device(device)
@@ -130,10 +142,7 @@ def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
 
 @torch.no_grad()
 def predict(
-    model: nn.Module,
-    loader: DataLoader,
-    device: str | torch.device = "auto",
-    amp: str | None = "auto",
+    model: nn.Module, loader: DataLoader, device: Device = "auto", amp: str | None = "auto"
 ) -> tuple[Tensor, Tensor]:
     """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32.
 
@@ -159,10 +168,7 @@ def predict(
 
 
 def evaluate(
-    model: nn.Module,
-    loader: DataLoader,
-    device: str | torch.device = "auto",
-    amp: str | None = "auto",
+    model: nn.Module, loader: DataLoader, device: Device = "auto", amp: str | None = "auto"
 ) -> dict[str, float]:
     """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``.
 
@@ -249,7 +255,7 @@ def fit(
     warmup_epochs: float = 0,
     label_smoothing: float = 0.0,
     grad_clip: float | None = None,
-    device: str | torch.device = "auto",
+    device: Device = "auto",
     amp: str | None = "auto",
     progress: bool = True,
     checkpoint_path: str | Path | None = None,
@@ -303,7 +309,7 @@ def fit(
 def _start(
     model: nn.Module,
     settings: _Settings,
-    device: str | torch.device,
+    device: Device,
     amp: str | None,
     checkpoint_path: str | Path | None,
 ) -> tuple[_Run, int, dict[str, list]]:
@@ -322,7 +328,14 @@ def _save(path: str | Path, run: _Run, epoch: int, history: dict[str, list]) -> 
     """The checkpoint after ``epoch`` epochs, with the settings to check on resuming."""
     extra = dataclasses.asdict(run.settings)
     save_checkpoint(
-        path, run.model, run.optimizer, run.scheduler, run.scaler, epoch, history, extra
+        path,
+        run.model,
+        epoch=epoch,
+        history=history,
+        extra=extra,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        scaler=run.scaler,
     )
 
 

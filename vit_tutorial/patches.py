@@ -286,7 +286,8 @@ class ConvStem(_Stem):
 
     Args:
         image_size: ``H`` or ``(H, W)``.
-        patch_size: P, a power of 2 (the total stride).
+        patch_size: P, a power of 2 (the total stride): one number, as the stem's strides
+            are square (a config's square pair ``(P, P)`` is accepted too).
         in_channels: C.
         dim: D.
         strict_image_size: as for :class:`PatchEmbedding`.
@@ -300,7 +301,7 @@ class ConvStem(_Stem):
     def __init__(
         self,
         image_size: int | tuple[int, int],
-        patch_size: int | tuple[int, int],
+        patch_size: int,
         in_channels: int = 3,
         dim: int = 768,
         strict_image_size: bool = True,

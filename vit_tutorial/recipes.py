@@ -12,12 +12,13 @@ import dataclasses
 import math
 import numbers
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from vit_tutorial.data import cifar10_datasets, digits_datasets
-from vit_tutorial.engine import evaluate, fit
+from vit_tutorial.engine import Device, evaluate, fit
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["Recipe", "RECIPES", "TrainResult", "train_recipe"]
@@ -66,8 +67,15 @@ class Recipe:
         ):
             raise ValueError(f"lr must be a finite number > 0, got lr={self.lr!r}")
 
+    def fit_options(self) -> dict[str, Any]:
+        """The keywords of :func:`~vit_tutorial.engine.fit` that the recipe fixes."""
+        names = ("epochs", "lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip")
+        return {name: getattr(self, name) for name in names}
 
-_DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
+
+# What every preset's model shares: an MLP of width 2·D and average pooling (no class token).
+_SMALL_VIT = dict(mlp_ratio=2.0, pool="mean")
+_DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, **_SMALL_VIT)
 
 #: The presets. ``digits`` (the default for ``--dataset digits``) is the hybrid ViT of the
 #: target: a convolutional stem, patch size 1 on the 8×8 digits, 4 blocks of width 64.
@@ -85,7 +93,7 @@ RECIPES: dict[str, Recipe] = {
     ),
     "digits-tiny": Recipe(
         "digits",
-        dict(patch_size=4, dim=16, depth=1, num_heads=2, mlp_ratio=2.0, pool="mean"),
+        dict(patch_size=4, dim=16, depth=1, num_heads=2, **_SMALL_VIT),
         epochs=2,
         batch_size=64,
         lr=3e-3,
@@ -93,16 +101,7 @@ RECIPES: dict[str, Recipe] = {
     ),
     "cifar10": Recipe(
         "cifar10",
-        dict(
-            patch_size=4,
-            dim=192,
-            depth=6,
-            num_heads=3,
-            mlp_ratio=2.0,
-            pool="mean",
-            stem="conv",
-            drop_path=0.1,
-        ),
+        dict(patch_size=4, dim=192, depth=6, num_heads=3, stem="conv", drop_path=0.1, **_SMALL_VIT),
         epochs=50,
         batch_size=256,
         lr=1e-3,
@@ -139,7 +138,7 @@ def train_recipe(
     batch_size: int | None = None,
     data_root: str | Path = "data",
     checkpoint_path: str | Path | None = None,
-    device: str = "auto",
+    device: Device = "auto",
     amp: str | None = "auto",
     progress: bool = True,
 ) -> TrainResult:
@@ -174,12 +173,7 @@ def train_recipe(
         model,
         data.train_loader,
         data.test_loader,
-        epochs=recipe.epochs,
-        lr=recipe.lr,
-        weight_decay=recipe.weight_decay,
-        warmup_epochs=recipe.warmup_epochs,
-        label_smoothing=recipe.label_smoothing,
-        grad_clip=recipe.grad_clip,
+        **recipe.fit_options(),
         device=device,
         amp=amp,
         progress=progress,

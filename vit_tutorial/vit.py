@@ -110,7 +110,7 @@ class TransformerConfig:
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
 
     def block_options(self) -> dict[str, Any]:
-        """The encoder-block arguments every block shares, as keywords."""
+        """The :class:`~vit_tutorial.encoder.BlockOptions` every block shares, as keywords."""
         return dict(
             mlp_ratio=self.mlp_ratio,
             qkv_bias=self.qkv_bias,

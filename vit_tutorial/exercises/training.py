@@ -118,21 +118,11 @@ def _names(model: nn.Module, groups: list[dict]) -> set[str]:
 
 def _models() -> list[VisionTransformer]:
     """Two small ViTs: a patch stem with a class token, and a conv stem with mean pooling."""
+    tiny = dict(image_size=8, in_channels=1, num_classes=10, dim=16, num_heads=2)
     return [
+        VisionTransformer(**tiny, patch_size=2, depth=2),
         VisionTransformer(
-            image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=16, depth=2, num_heads=2
-        ),
-        VisionTransformer(
-            image_size=8,
-            patch_size=1,
-            in_channels=1,
-            num_classes=10,
-            dim=16,
-            depth=1,
-            num_heads=2,
-            stem="conv",
-            pool="mean",
-            pos_embed="relative",
+            **tiny, patch_size=1, depth=1, stem="conv", pool="mean", pos_embed="relative"
         ),
     ]
 

@@ -59,17 +59,9 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
         >>> check_param_count(_count)
         Correct! check_param_count: exact on 4 configs, from 0.1M to 304.3M parameters.
     """
+    small_task = dict(image_size=32, in_channels=1, num_classes=10)  # 32×32 grey, 10 classes
     cases = [
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            in_channels=1,
-            dim=64,
-            depth=3,
-            num_heads=4,
-            mlp_ratio=2.0,
-            num_classes=10,
-        ),
+        ViTConfig(**small_task, patch_size=8, dim=64, depth=3, num_heads=4, mlp_ratio=2.0),
         ViTConfig(),  # ViT-B/16
         ViTConfig(patch_size=32),  # ViT-B/32
         ViTConfig(dim=1024, depth=24, num_heads=16),  # ViT-L/16
@@ -105,16 +97,8 @@ def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor
 
 def _model_with_dropout() -> VisionTransformer:
     """A small ViT with dropout and drop path, whose head gives confident predictions."""
-    model = VisionTransformer(
-        image_size=16,
-        patch_size=4,
-        dim=32,
-        depth=2,
-        num_heads=2,
-        num_classes=10,
-        dropout=0.3,
-        drop_path=0.3,
-    )
+    small = ViTConfig(image_size=16, patch_size=4, dim=32, depth=2, num_heads=2, num_classes=10)
+    model = VisionTransformer(small, dropout=0.3, drop_path=0.3)
     torch.nn.init.normal_(model.head.weight, std=0.5)  # a zero head would predict uniformly
     return model
 
