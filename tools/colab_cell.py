@@ -25,11 +25,12 @@ def repository() -> tuple[str, str]:
 def colab_cell_source() -> str:
     url, branch = repository()
     return (
-        "# Colab only: install vit_tutorial from the repository. Elsewhere this cell does nothing.\n"
+        "# Colab only: installs vit_tutorial from the repository; elsewhere it does nothing.\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "vit_tutorial[book] @ git+{url}@{branch}"'
+        f'    repository = "{url}@{branch}"\n'
+        '    %pip install -q "vit_tutorial[book] @ git+{repository}"'
     )
 
 
