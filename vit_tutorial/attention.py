@@ -88,8 +88,12 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(scores.dtype)
-    blocked = scores.isneginf().all(dim=-1, keepdim=True)  # (..., N, 1): nothing to attend
-    return scores.masked_fill(blocked, 0.0).softmax(dim=-1).masked_fill(blocked, 0.0)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:  # a row masked everywhere is a softmax over nothing: NaN, made 0
+        blocked = scores.isneginf().all(dim=-1, keepdim=True)  # (..., N, 1)
+        if blocked.any():
+            weights = weights.masked_fill(blocked, 0.0)
+    return weights
 
 
 def scaled_dot_product_attention(
