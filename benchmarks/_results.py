@@ -31,17 +31,26 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
-    """Add ``--quick`` and ``--out``, the options every result-writing benchmark has."""
+    """Add ``--quick``, ``--out`` and ``--threads``, the options every result-writing
+    benchmark has."""
     parser.add_argument("--quick", action="store_true",
                         help="a tiny run that only checks the code path (used by the tests); "
                              "writes only with an explicit --out")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"result file (default: {default_out.relative_to(ROOT)}; "
                              "none with --quick)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help=f"torch threads (default: torch's, {torch.get_num_threads()} "
+                             "here; 1 with --quick). On a machine shared with other jobs, "
+                             "1 thread is far faster than 2 that wait for each other")
 
 
-def output_path(args: argparse.Namespace, default_out: Path) -> Path | None:
-    """Where to write: ``--out``, else the committed file, but never a quick run over it."""
+def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
+    """Apply ``--threads`` and return where to write: ``--out``, else the committed file,
+    but never a quick run over the committed file."""
+    threads = args.threads or (1 if args.quick else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     if args.out is not None:
         return args.out
     return None if args.quick else default_out

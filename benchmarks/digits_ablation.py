@@ -33,7 +33,7 @@ from vit_tutorial.data import digits_datasets
 from vit_tutorial.training import fit, predict
 from vit_tutorial.vit import VisionTransformer
 
-from _results import RESULTS, arguments, output_path, provenance, summarize, write_json
+from _results import RESULTS, arguments, provenance, setup, summarize, write_json
 
 DEFAULT_OUT = RESULTS / "digits_ablation.json"
 BASE = dict(patch_size=2, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean",
@@ -109,8 +109,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.epochs, args.variants = QUICK["seeds"], QUICK["epochs"], QUICK["variants"]
-        torch.set_num_threads(1)  # a code-path check: on a busy machine, 2 threads crawl
-    out = output_path(args, DEFAULT_OUT)
+    out = setup(args, DEFAULT_OUT)
     record = {"benchmark": "digits_ablation", "quick": args.quick,
               "provenance": provenance(args.seeds)}
     tic = time.perf_counter()

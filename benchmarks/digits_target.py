@@ -9,7 +9,7 @@ The recipe is the CLI default, ``python -m vit_tutorial.train --dataset digits``
 ``digits`` in :data:`vit_tutorial.train.RECIPES`). "Training time" is the time spent in
 training steps as recorded by :func:`vit_tutorial.training.fit`; the per-epoch evaluation
 is excluded and reported separately in the wall time. Torch keeps its default number of
-threads (``torch.get_num_threads()`` is printed). On a busy machine times are inflated:
+threads (``torch.get_num_threads()`` is printed) unless ``--threads`` says otherwise. On a busy machine times are inflated:
 compare them on an idle one. The script exits with status 1 when the target is missed.
 
 It writes ``benchmarks/results/digits_target.json`` (``--out`` elsewhere): per seed the test
@@ -36,7 +36,7 @@ from sklearn.svm import SVC
 from vit_tutorial.data import digits_datasets
 from vit_tutorial.train import RECIPES, train_recipe
 
-from _results import RESULTS, arguments, output_path, provenance, summarize, write_json
+from _results import RESULTS, arguments, provenance, setup, summarize, write_json
 
 TARGET_ACCURACY = 0.984
 TIME_LIMIT_S = 60.0
@@ -60,8 +60,7 @@ def main() -> int:
     epochs = 1 if args.quick else None  # None: the preset's
     if args.quick:
         args.seeds = [0]
-        torch.set_num_threads(1)  # a code-path check: on a busy machine, 2 threads crawl
-    out = output_path(args, DEFAULT_OUT)
+    out = setup(args, DEFAULT_OUT)
     recipe = RECIPES[args.preset]
     record = {"benchmark": "digits_target", "quick": args.quick,
               "provenance": provenance(args.seeds)}
