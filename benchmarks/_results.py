@@ -78,10 +78,12 @@ def _cpu_model() -> str:
 def provenance(seeds: list[int]) -> dict:
     """How the result was made: command, commit, versions, machine, seeds, date.
 
-    ``git_dirty`` is true when tracked files differed from the commit, so that the commit
-    alone does not describe the code that ran.
+    ``git_dirty`` is true when the code that ran (the package, the benchmark scripts)
+    differed from the commit, so that the commit alone does not describe it; result files
+    and the book are not code.
     """
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", "vit_tutorial",
+                  "benchmarks", ":(exclude)benchmarks/results")
     return {
         "command": shlex.join(["python", *sys.argv]),
         "git_commit": _git("rev-parse", "HEAD"),
