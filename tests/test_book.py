@@ -61,10 +61,13 @@ def test_executed_top_to_bottom_without_errors(chapter):
             assert " at 0x" not in text, f"a memory address in an output: {text[:80]}"
 
 
-def markers(text: str) -> set[str]:
-    """nbval's comment markers in a cell: a comment line that is exactly the marker."""
-    return {line.strip().lstrip("#").strip() for line in text.splitlines()
-            if line.strip().startswith("#")} & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
+def markers(text: str, tags: list[str] = ()) -> set[str]:
+    """nbval's markers of a cell: a comment line that is exactly the marker, or a cell tag
+    (``nbval-skip``, ``nbval-ignore-output``)."""
+    comments = {line.strip().lstrip("#").strip() for line in text.splitlines()
+                if line.strip().startswith("#")}
+    as_tags = {tag.upper().replace("-", "_") for tag in tags}
+    return (comments | as_tags) & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
@@ -74,10 +77,11 @@ def test_nbval_markers_are_used_as_the_rules_say(chapter):
         for line in text.splitlines():
             if "NBVAL_" in line:
                 assert markers(line), f"nbval ignores this malformed marker: {line.strip()}"
-        if "NBVAL_SKIP" in markers(text):
+        found = markers(text, cell["metadata"].get("tags", []))
+        if "NBVAL_SKIP" in found:
             assert not cell["outputs"], f"a skipped (online-only) cell has invented outputs: {text[:80]}"
             assert re.search(r"online|GPU", text, re.IGNORECASE), "say why the cell is skipped"
-        if "NBVAL_IGNORE_OUTPUT" in markers(text):
+        if "NBVAL_IGNORE_OUTPUT" in found:
             assert re.search(r"^\s*assert\b", text, re.MULTILINE), (
                 f"a cell whose output is ignored must assert its claim: {text[:80]}"
             )
