@@ -33,16 +33,27 @@ RESULTS = ROOT / "benchmarks" / "results"
 def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
     """Add ``--quick``, ``--out`` and ``--threads``, the options every result-writing
     benchmark has."""
-    parser.add_argument("--quick", action="store_true",
-                        help="a tiny run that only checks the code path (used by the tests); "
-                             "writes only with an explicit --out")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"result file (default: {default_out.relative_to(ROOT)}; "
-                             "none with --quick)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help=f"torch threads (default: torch's, {torch.get_num_threads()} "
-                             "here; 1 with --quick). On a machine shared with other jobs, "
-                             "1 thread is far faster than 2 that wait for each other")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny run that only checks the code path (used by the tests); "
+        "writes only with an explicit --out",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"result file (default: {default_out.relative_to(ROOT)}; "
+        "none with --quick)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=f"torch threads (default: torch's, {torch.get_num_threads()} "
+        "here; 1 with --quick). On a machine shared with other jobs, "
+        "1 thread is far faster than 2 that wait for each other",
+    )
 
 
 def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
@@ -58,8 +69,14 @@ def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
 
 def _git(*command: str) -> str | None:
     try:
-        run = subprocess.run(["git", *command], cwd=ROOT, capture_output=True, text=True,
-                             timeout=30, check=True)
+        run = subprocess.run(
+            ["git", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return run.stdout.strip()
@@ -82,20 +99,37 @@ def provenance(seeds: list[int]) -> dict:
     differed from the commit, so that the commit alone does not describe it; result files
     and the book are not code.
     """
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", "vit_tutorial",
-                  "benchmarks", ":(exclude)benchmarks/results")
+    status = _git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "vit_tutorial",
+        "benchmarks",
+        ":(exclude)benchmarks/results",
+    )
     return {
         "command": shlex.join(["python", *sys.argv]),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else bool(status),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        ),
         "seeds": list(seeds),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "numpy": numpy.__version__, "sklearn": sklearn.__version__,
-                     "vit_tutorial": getattr(vit_tutorial, "__version__", None)},
-        "machine": {"platform": platform.platform(), "cpu": _cpu_model(),
-                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "load_average_1min_at_start": round(os.getloadavg()[0], 2)},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "sklearn": sklearn.__version__,
+            "vit_tutorial": getattr(vit_tutorial, "__version__", None),
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1min_at_start": round(os.getloadavg()[0], 2),
+        },
     }
 
 
@@ -110,8 +144,11 @@ def summarize(runs: list[dict]) -> dict:
     return {
         "mean_accuracy": statistics.mean(accuracies),
         "std_accuracy": statistics.stdev(accuracies) if len(runs) > 1 else 0.0,
-        "min_accuracy": min(accuracies), "max_accuracy": max(accuracies),
-        "mean_wrong": statistics.mean(wrong), "min_wrong": min(wrong), "max_wrong": max(wrong),
+        "min_accuracy": min(accuracies),
+        "max_accuracy": max(accuracies),
+        "mean_wrong": statistics.mean(wrong),
+        "min_wrong": min(wrong),
+        "max_wrong": max(wrong),
     }
 
 

@@ -36,9 +36,19 @@ from vit_tutorial.vit import VisionTransformer
 from _results import RESULTS, arguments, provenance, setup, summarize, write_json
 
 DEFAULT_OUT = RESULTS / "digits_ablation.json"
-BASE = dict(patch_size=2, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean",
-            pos_embed="learned", stem="patch")
-SCHEDULE = dict(epochs=15, lr=2e-3, weight_decay=0.05, warmup_epochs=3, label_smoothing=0.1)
+BASE = dict(
+    patch_size=2,
+    dim=64,
+    depth=4,
+    num_heads=4,
+    mlp_ratio=2.0,
+    pool="mean",
+    pos_embed="learned",
+    stem="patch",
+)
+SCHEDULE = dict(
+    epochs=15, lr=2e-3, weight_decay=0.05, warmup_epochs=3, label_smoothing=0.1
+)
 BATCH_SIZE = 64
 #: id: (what is varied, the variant's name, its change to BASE)
 VARIANTS = {
@@ -72,16 +82,24 @@ def train_once(config: dict, seed: int, epochs: int) -> dict:
     history = fit(model, split.train_loader, None, **schedule(epochs), progress=False)
     logits, labels = predict(model, split.test_loader)
     wrong = int((logits.argmax(-1) != labels).sum())
-    return {"seed": seed, "accuracy": 1 - wrong / len(labels), "wrong": wrong,
-            "train_seconds": round(sum(history["time"]), 2)}
+    return {
+        "seed": seed,
+        "accuracy": 1 - wrong / len(labels),
+        "wrong": wrong,
+        "train_seconds": round(sum(history["time"]), 2),
+    }
 
 
 def ablation(variants: list[str], seeds: list[int], epochs: int) -> list[dict]:
     """Every variant with every seed; identical configurations are trained once per seed."""
     cache: dict[tuple, dict] = {}
     rows = []
-    print(f"{'varied':12s}{'variant':15s}" + "".join(f"{'seed ' + str(s):>9s}" for s in seeds)
-          + f"{'mean':>8s}{'wrong':>8s}", flush=True)
+    print(
+        f"{'varied':12s}{'variant':15s}"
+        + "".join(f"{'seed ' + str(s):>9s}" for s in seeds)
+        + f"{'mean':>8s}{'wrong':>8s}",
+        flush=True,
+    )
     for key in variants:
         group, name, change = VARIANTS[key]
         config = {**BASE, **change}
@@ -91,11 +109,22 @@ def ablation(variants: list[str], seeds: list[int], epochs: int) -> list[dict]:
             if cached not in cache:
                 cache[cached] = train_once(config, seed, epochs)
             runs.append(cache[cached])
-        row = {"id": key, "group": group, "name": name, "change": change, "config": config,
-               "runs": runs, **summarize(runs)}
+        row = {
+            "id": key,
+            "group": group,
+            "name": name,
+            "change": change,
+            "config": config,
+            "runs": runs,
+            **summarize(runs),
+        }
         rows.append(row)
-        print(f"{group:12s}{name:15s}" + "".join(f"{100 * r['accuracy']:9.2f}" for r in runs)
-              + f"{100 * row['mean_accuracy']:8.2f}{row['mean_wrong']:8.1f}", flush=True)
+        print(
+            f"{group:12s}{name:15s}"
+            + "".join(f"{100 * r['accuracy']:9.2f}" for r in runs)
+            + f"{100 * row['mean_accuracy']:8.2f}{row['mean_wrong']:8.1f}",
+            flush=True,
+        )
     print(f"{len(cache)} distinct runs of {epochs} epochs")
     return rows
 
@@ -104,20 +133,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--epochs", type=int, default=SCHEDULE["epochs"])
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument(
+        "--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS)
+    )
     arguments(parser, DEFAULT_OUT)
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.epochs, args.variants = QUICK["seeds"], QUICK["epochs"], QUICK["variants"]
+        args.seeds, args.epochs, args.variants = (
+            QUICK["seeds"],
+            QUICK["epochs"],
+            QUICK["variants"],
+        )
     out = setup(args, DEFAULT_OUT)
-    record = {"benchmark": "digits_ablation", "quick": args.quick,
-              "provenance": provenance(args.seeds)}
+    record = {
+        "benchmark": "digits_ablation",
+        "quick": args.quick,
+        "provenance": provenance(args.seeds),
+    }
     tic = time.perf_counter()
     rows = ablation(args.variants, args.seeds, args.epochs)
-    record.update({"base": BASE,
-                   "schedule": {**schedule(args.epochs), "batch_size": BATCH_SIZE},
-                   "test_images": len(digits_datasets().test), "variants": rows,
-                   "wall_seconds": round(time.perf_counter() - tic, 1)})
+    record.update(
+        {
+            "base": BASE,
+            "schedule": {**schedule(args.epochs), "batch_size": BATCH_SIZE},
+            "test_images": len(digits_datasets().test),
+            "variants": rows,
+            "wall_seconds": round(time.perf_counter() - tic, 1),
+        }
+    )
     print(f"wall time {record['wall_seconds']:.0f} s")
     if out is not None:
         write_json(out, record)
