@@ -55,7 +55,7 @@ colab-cells: setup
 	$(BIN)/python tools/colab_cell.py --write $(CHAPTERS)
 
 bench: setup
-	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python "$$script"; done
+	for script in benchmarks/[!_]*.py; do echo "== $$script"; $(BIN)/python "$$script"; done
 
 # Rewrite constraints.txt from what .venv holds (after adding or upgrading a dependency).
 lock: setup

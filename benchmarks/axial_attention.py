@@ -44,8 +44,9 @@ def layers(dim: int, num_heads: int) -> dict[str, nn.Module]:
     explicit = MultiHeadSelfAttention(dim, num_heads).eval()
     explicit.fused = False  # softmax(Q Kᵀ / √d) V, the N × N matrix in memory
     fused = MultiHeadSelfAttention(dim, num_heads).eval()
-    axial = nn.Sequential(AxialAttention(dim, num_heads, "height"),
-                          AxialAttention(dim, num_heads, "width")).eval()
+    axial = nn.Sequential(
+        AxialAttention(dim, num_heads, "height"), AxialAttention(dim, num_heads, "width")
+    ).eval()
     return dict(zip(METHODS, (explicit, fused, axial), strict=True))
 
 
@@ -57,8 +58,11 @@ def measure(grids: list[int], dim: int, num_heads: int, repeats: int) -> dict[st
     with torch.inference_mode():
         for g in grids:
             grid = torch.randn(1, g, g, dim)  # (B, Gh, Gw, D)
-            inputs = {"full explicit": grid.reshape(1, g * g, dim),  # (B, N, D)
-                      "full fused SDPA": grid.reshape(1, g * g, dim), "axial": grid}
+            inputs = {
+                "full explicit": grid.reshape(1, g * g, dim),  # (B, N, D)
+                "full fused SDPA": grid.reshape(1, g * g, dim),
+                "axial": grid,
+            }
             for m in METHODS:
                 run = lambda m=m: modules[m](inputs[m])  # noqa: E731
                 results[m]["seconds"].append(median_seconds(run, repeats=repeats))
@@ -84,23 +88,35 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     grids = sorted(args.grids)
-    print(f"one attention layer, B=1, D={args.dim}, h={args.num_heads}, float32, CPU, "
-          f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, "
-          f"median of {args.repeats} runs")
+    print(
+        f"one attention layer, B=1, D={args.dim}, h={args.num_heads}, float32, CPU, "
+        f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, "
+        f"median of {args.repeats} runs"
+    )
     results = measure(grids, args.dim, args.num_heads, args.repeats)
 
-    print(f"\n{'grid':>7} {'N':>6} | " + " | ".join(f"{m:>24}" for m in METHODS)
-          + " | GFLOPs full / axial")
+    print(
+        f"\n{'grid':>7} {'N':>6} | "
+        + " | ".join(f"{m:>24}" for m in METHODS)
+        + " | GFLOPs full / axial"
+    )
     for i, g in enumerate(grids):
-        cells = [f"{results[m]['seconds'][i] * 1e3:9.2f} ms {results[m]['bytes'][i] / 2**20:8.2f} MiB"
-                 for m in METHODS]
+        cells = [
+            f"{results[m]['seconds'][i] * 1e3:9.2f} ms {results[m]['bytes'][i] / 2**20:8.2f} MiB"
+            for m in METHODS
+        ]
         flops = [attention_flops(g, args.dim, k) / 1e9 for k in ("full", "axial")]
-        print(f"{g:>3}×{g:<3} {g * g:>6} | " + " | ".join(cells)
-              + f" | {flops[0]:.3f} / {flops[1]:.3f}")
+        print(
+            f"{g:>3}×{g:<3} {g * g:>6} | "
+            + " | ".join(cells)
+            + f" | {flops[0]:.3f} / {flops[1]:.3f}"
+        )
     print("\nslopes of log-log fits against N (grids from 16×16):")
     for m in METHODS:
-        print(f"  {m:>16}: time {slope(grids, results[m]['seconds']):.2f}, "
-              f"peak memory {slope(grids, results[m]['bytes']):.2f}")
+        print(
+            f"  {m:>16}: time {slope(grids, results[m]['seconds']):.2f}, "
+            f"peak memory {slope(grids, results[m]['bytes']):.2f}"
+        )
 
     ok = True
     g = grids[-1]
@@ -114,8 +130,10 @@ def main() -> int:
             ok = t_ratio >= 10 and m_ratio >= 10
     flop_ratio = attention_flops(g, args.dim, "full") / attention_flops(g, args.dim, "axial")
     print(f"  {'FLOPs by formula':>16}: {flop_ratio:6.1f}×")
-    print(f"target (>= 10× less time and peak memory than explicit full at {g}×{g}): "
-          f"{'met' if ok else 'MISSED'}")
+    print(
+        f"target (>= 10× less time and peak memory than explicit full at {g}×{g}): "
+        f"{'met' if ok else 'MISSED'}"
+    )
 
     if args.plot:
         import matplotlib
@@ -125,11 +143,17 @@ def main() -> int:
 
         n = [g * g for g in grids]
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, key, label in ((axes[0], "seconds", "time (s)"),
-                               (axes[1], "bytes", "peak memory (bytes)")):
+        for ax, key, label in (
+            (axes[0], "seconds", "time (s)"),
+            (axes[1], "bytes", "peak memory (bytes)"),
+        ):
             for m in METHODS:
-                ax.loglog(n, results[m][key], "o-",
-                          label=f"{m} (slope {slope(grids, results[m][key]):.2f})")
+                ax.loglog(
+                    n,
+                    results[m][key],
+                    "o-",
+                    label=f"{m} (slope {slope(grids, results[m][key]):.2f})",
+                )
             ax.set(xlabel="tokens N", ylabel=label)
             ax.legend()
         fig.tight_layout()

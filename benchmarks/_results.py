@@ -1,0 +1,159 @@
+"""What every benchmark result file shares: provenance, per-seed summaries, atomic writing.
+
+A run that takes more than about a minute of CPU lives in a script of ``benchmarks/`` that
+writes a JSON result file into ``benchmarks/results/``; the book loads and plots that file.
+Each file carries a ``provenance`` block saying how, where and from which commit it was
+made, so that a reader can rerun it and a reviewer can tell a stale file from a fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy
+import sklearn
+import torch
+
+import vit_tutorial
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
+    """Add ``--quick``, ``--out`` and ``--threads``, the options every result-writing
+    benchmark has."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny run that only checks the code path (used by the tests); "
+        "writes only with an explicit --out",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"result file (default: {default_out.relative_to(ROOT)}; none with --quick)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=f"torch threads (default: torch's, {torch.get_num_threads()} "
+        "here; 1 with --quick). On a machine shared with other jobs, "
+        "1 thread is far faster than 2 that wait for each other",
+    )
+
+
+def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
+    """Apply ``--threads`` and return where to write: ``--out``, else the committed file,
+    but never a quick run over the committed file."""
+    threads = args.threads or (1 if args.quick else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if args.out is not None:
+        return args.out
+    return None if args.quick else default_out
+
+
+def _git(*command: str) -> str | None:
+    try:
+        run = subprocess.run(
+            ["git", *command], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return run.stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def provenance(seeds: list[int]) -> dict:
+    """How the result was made: command, commit, versions, machine, seeds, date.
+
+    ``git_dirty`` is true when the code that ran (the package, the benchmark scripts)
+    differed from the commit, so that the commit alone does not describe it; result files
+    and the book are not code.
+    """
+    status = _git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "vit_tutorial",
+        "benchmarks",
+        ":(exclude)benchmarks/results",
+    )
+    return {
+        "command": shlex.join(["python", *sys.argv]),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seeds": list(seeds),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "sklearn": sklearn.__version__,
+            "vit_tutorial": getattr(vit_tutorial, "__version__", None),
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1min_at_start": round(os.getloadavg()[0], 2),
+        },
+    }
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Mean and per-seed spread of runs that each hold ``accuracy`` and ``wrong``.
+
+    ``std`` is the sample standard deviation over seeds (0 for one seed); ``min`` and
+    ``max`` bound the per-seed values.
+    """
+    accuracies = [r["accuracy"] for r in runs]
+    wrong = [r["wrong"] for r in runs]
+    return {
+        "mean_accuracy": statistics.mean(accuracies),
+        "std_accuracy": statistics.stdev(accuracies) if len(runs) > 1 else 0.0,
+        "min_accuracy": min(accuracies),
+        "max_accuracy": max(accuracies),
+        "mean_wrong": statistics.mean(wrong),
+        "min_wrong": min(wrong),
+        "max_wrong": max(wrong),
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

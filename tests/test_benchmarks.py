@@ -1,0 +1,97 @@
+"""The benchmark scripts that write result files: each runs in ``--quick`` mode (seconds).
+
+The full runs take minutes; their committed result files in ``benchmarks/results/`` are
+what the book loads, so they are checked here for the same keys and provenance.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVENANCE = {"command", "git_commit", "git_dirty", "date", "seeds", "versions", "machine"}
+VERSIONS = {"python", "torch", "numpy", "sklearn", "vit_tutorial"}
+MACHINE = {"platform", "cpu", "cpu_count", "torch_threads"}
+
+
+def run_quick(script: str, out: Path) -> dict:
+    run = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not list(out.parent.glob("*.tmp")), "the temporary file was left behind"
+    return json.loads(out.read_text())
+
+
+def check_provenance(record: dict, script: str, seeds: list[int]) -> None:
+    prov = record["provenance"]
+    assert PROVENANCE <= set(prov)
+    assert script in prov["command"]
+    assert prov["seeds"] == seeds
+    assert VERSIONS <= set(prov["versions"]) and MACHINE <= set(prov["machine"])
+    assert prov["machine"]["cpu_count"] >= 1
+    assert prov["date"][:2] == "20"
+
+
+def check_runs(runs: list[dict], test_images: int, seeds: list[int]) -> None:
+    assert [r["seed"] for r in runs] == seeds
+    for r in runs:
+        assert 0 <= r["wrong"] <= test_images
+        assert r["accuracy"] == pytest.approx(1 - r["wrong"] / test_images, abs=1e-6)
+        assert r["train_seconds"] > 0
+
+
+def check_summary(record: dict) -> None:
+    accuracies = [r["accuracy"] for r in record["runs"]]
+    assert record["mean_accuracy"] == pytest.approx(sum(accuracies) / len(accuracies))
+    assert record["min_accuracy"] <= record["mean_accuracy"] <= record["max_accuracy"]
+    assert record["std_accuracy"] >= 0
+    assert record["min_wrong"] <= record["mean_wrong"] <= record["max_wrong"]
+
+
+def test_digits_target_quick(tmp_path):
+    record = run_quick("digits_target.py", tmp_path / "target.json")
+    assert record["benchmark"] == "digits_target" and record["quick"] is True
+    check_provenance(record, "digits_target.py", [0])
+    assert record["test_images"] == 360 and record["epochs"] == 1
+    check_runs(record["runs"], 360, [0])
+    check_summary(record)
+    assert record["svm_wrong"] == 6  # the RBF SVM's 98.33%, as chapter 6 shows
+    assert record["target"]["met"] is None, "a quick run is not a measurement"
+
+
+def test_digits_ablation_quick(tmp_path):
+    record = run_quick("digits_ablation.py", tmp_path / "ablation.json")
+    assert record["benchmark"] == "digits_ablation" and record["quick"] is True
+    check_provenance(record, "digits_ablation.py", [0])
+    assert record["schedule"]["epochs"] == 1
+    assert [v["id"] for v in record["variants"]] == ["patch-4", "stem-conv-2"]
+    for variant in record["variants"]:
+        assert variant["config"] == {**record["base"], **variant["change"]}
+        check_runs(variant["runs"], record["test_images"], [0])
+        check_summary(variant)
+
+
+@pytest.mark.parametrize("name", ["digits_target", "digits_ablation"])
+def test_committed_results_are_full_runs_with_provenance(name):
+    record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    assert record["benchmark"] == name and record["quick"] is False
+    seeds = record["provenance"]["seeds"]
+    assert len(seeds) >= 3, "at least 3 seeds, to see the spread"
+    check_provenance(record, f"{name}.py", seeds)
+    assert record["provenance"]["git_dirty"] is False, "rerun from a committed tree"
+    if name == "digits_target":
+        check_runs(record["runs"], record["test_images"], seeds)
+        check_summary(record)
+    else:
+        assert record["schedule"]["epochs"] == 15 and len(record["variants"]) == 12
+        for variant in record["variants"]:
+            check_runs(variant["runs"], record["test_images"], seeds)
+            check_summary(variant)
