@@ -75,8 +75,9 @@ class LearnedPositionalEmbedding(nn.Module):
     """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
 
     The table ``weight`` of shape ``(1, N, D)`` is initialised from a normal of std 0.02
-    truncated at ±2 std (timm's default bounds are ±2 in absolute units, which with
-    std 0.02 do not truncate at all; the difference is immaterial).
+    truncated at ±2 std, which leaves a std of 0.02 × 0.880 ≈ 0.0176. The reference ViT
+    draws it from an untruncated N(0, 0.02²), and timm's ``trunc_normal_(std=.02)`` has
+    default bounds of ±2 in absolute units, which cut nothing; the difference is immaterial.
 
     Args:
         num_positions: N, the prefix tokens included.
@@ -132,7 +133,7 @@ def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
 
 
 def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> Tensor:
-    """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / T^(2i/D))``, ``PE[p, 2i+1] = cos(...)``.
+    """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / T^(2i/D))``, and cos in 2i + 1.
 
     Channel pair ``i`` turns at frequency ``ω_i = T^(-2i/D)``: the first channels change
     fastest along the sequence, the last ones slowest.
@@ -166,7 +167,7 @@ def sinusoidal_2d(
     Each half is :func:`sinusoidal_1d` with width D/2, so two patches in the same row share
     the first half and two patches in the same column share the second. timm's
     ``build_sincos2d_pos_embed`` and MAE's table hold the same channels in another order
-    (they put all sines of an axis before its cosines).
+    (they put all sines of an axis before its cosines, and MAE the column half first).
 
     Args:
         grid_size: ``G`` or ``(Gh, Gw)``.
@@ -239,8 +240,9 @@ class RelativePositionBias(nn.Module):
     Patches at ``(r, c)`` and ``(r', c')`` get ``table[(r - r', c - c')]``, one of
     ``(2Gh - 1)(2Gw - 1)`` entries per head (Swin, BEiT). With prefix tokens (the class
     token), three more entries per head, as in BEiT: patch → prefix, prefix → patch and
-    prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std, as
-    in Swin (BEiT starts from zeros).
+    prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std; Swin
+    calls timm's ``trunc_normal_(std=.02)``, whose absolute bounds ±2 cut nothing, and BEiT
+    starts from zeros.
 
     Args:
         grid_size: ``G`` or ``(Gh, Gw)``.
@@ -293,6 +295,9 @@ def resize_pos_embed(
     num_prefix_tokens: int = 1,
 ) -> Tensor:
     """Resample a learned position table to a new grid, bicubically (as timm does).
+
+    Bicubic with antialiasing, like timm's ``resample_abs_pos_embed`` and DeiT; the
+    reference ViT code interpolates linearly (``scipy.ndimage.zoom(..., order=1)``).
 
     Args:
         pos_embed: shape ``(1, num_prefix_tokens + Gh·Gw, D)``.
