@@ -11,8 +11,12 @@ STAMP := $(VENV)/.installed
 # pip prints one harmless line per package about the mirror layout; hide those.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
+# Debian packages besides Python's, installed by `setup` when the machine can (root or
+# password-less sudo) and otherwise named with the command to run; under CI=true a missing
+# one fails the run. chromium: tools/check_built_book.py opens every page of the book in it.
+SYSTEM_PACKAGES := chromium
 
-.PHONY: help setup test lint pytest book book-only notebooks colab-cells bench lock clean
+.PHONY: help setup system-packages test lint pytest book book-only notebooks colab-cells bench lock clean
 
 help:
 	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
@@ -29,7 +33,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
 	@touch $(STAMP)
 
-setup: $(STAMP)
+system-packages:
+	@bash tools/system_packages.sh $(SYSTEM_PACKAGES)
+
+setup: $(STAMP) system-packages
 
 lint: setup
 	$(BIN)/ruff check .

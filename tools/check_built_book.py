@@ -1,24 +1,84 @@
-"""Check a built book (``make book``): every page present, MathJax served locally, no CDN.
+"""Check a built book (``make book``): open every page of ``_toc.yml`` in headless Chromium.
 
 Run after ``jupyter-book build``: ``python tools/check_built_book.py _build/html``.
-When Chromium is installed it also opens a chapter headless, with networking disabled,
-and checks that MathJax typeset its equations.
+
+Without a browser it checks the files: every page present, MathJax served locally, no
+script or stylesheet from a CDN. Then it opens each page of ``_toc.yml`` in headless
+Chromium (a fresh profile, a 1280-px-wide window, no network: only file:// loads) and checks
+
+- the page renders, with no console error, uncaught exception or failed load;
+- MathJax ran: every Sphinx math element holds a typeset ``mjx-container``, no MathJax
+  error, and no raw TeX (``$$``, ``\\frac``, ...) is left in the text outside code;
+- every image loads (``naturalWidth > 0``) and is shown at 90% or more of its natural width
+  (``clientWidth >= 0.9 * naturalWidth``), so that figures stay legible;
+- every link to a local file exists, and every ``#fragment`` is an id on the target page;
+- every notebook page has the Colab launch link to that notebook in the repository of
+  ``_config.yml`` (``repository.url``, ``branch``, ``path_to_book``).
+
+A screenshot of each page goes to ``_build/screenshots/`` (next to ``html/``; ``--screenshots``
+to change). Chromium is driven over the DevTools protocol on a pipe
+(``--remote-debugging-pipe``), with the standard library only.
+
+The browser is ``chromium`` (or ``chromium-browser``) on PATH; set ``CHROMIUM`` to another
+executable, or to ``none`` to behave as if it were missing. When it is missing the check
+fails under ``CI=true`` and otherwise warns loudly and skips the browser part.
+``tools/system_packages.sh chromium`` (run by ``make setup``) installs it.
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
+import fcntl
+import json
+import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # A script or stylesheet that the page itself loads from another host.
 REMOTE = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=[\"'](https?://[^\"']+)", re.IGNORECASE)
+INSTALL = (
+    "sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium"
+    " (or run `make setup` as root)"
+)
+WINDOW = (1280, 900)  # the window the figures must fit at 90% of their natural width
+MIN_SHOWN = 0.9
+SCREENSHOT_PART = 12000  # px: a taller page is saved in parts (NAME.png, NAME-2.png, ...)
+MAX_SCREENSHOT_HEIGHT = 100000  # px
+PAGE_TIMEOUT = 90  # s, for loading, typesetting and measuring one page
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--no-default-browser-check",
+    "--mute-audio",
+    "--force-device-scale-factor=1",
+    f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    # No network: every http(s) request goes to a closed local port and fails (and is
+    # reported below); file:// pages and their files load as usual.
+    "--proxy-server=127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+    "--remote-debugging-pipe",
+]
 
 
 def pages_from_toc() -> list[str]:
@@ -30,6 +90,7 @@ def pages_from_toc() -> list[str]:
 
 
 def check(html: Path) -> list[str]:
+    """The checks on the files, without a browser."""
     problems = []
     for page in pages_from_toc():
         if not (html / f"{page}.html").is_file():
@@ -45,59 +106,435 @@ def check(html: Path) -> list[str]:
                 problems.append(
                     f"{path.relative_to(html)} has math but does not load local MathJax"
                 )
-    api = (html / "book" / "api.html").read_text(encoding="utf-8")
-    if "vit_tutorial.attention.MultiHeadSelfAttention" not in api:
+    api = html / "book" / "api.html"
+    if api.is_file() and "vit_tutorial.attention.MultiHeadSelfAttention" not in api.read_text(
+        encoding="utf-8"
+    ):
         problems.append("the API page lacks vit_tutorial.attention.MultiHeadSelfAttention")
     return problems
 
 
-def typeset_offline(page: Path) -> int | None:
-    """Number of typeset equations in ``page`` rendered by headless Chromium with no network,
-    or None when Chromium is not installed."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
+def colab_url(page: str) -> str | None:
+    """The Colab launch link of ``page`` when its source is a notebook, else None."""
+    if not (ROOT / f"{page}.ipynb").is_file():
         return None
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--proxy-server=127.0.0.1:9",
-                "--proxy-bypass-list=<-loopback>",
-                f"--user-data-dir={profile}",
-                "--virtual-time-budget=15000",
-                "--allow-file-access-from-files",
-                "--dump-dom",
-                page.resolve().as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        ).stdout
-    return dom.count("<mjx-container")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repo = config["repository"]
+    owner_name = urlparse(repo["url"]).path.strip("/").removesuffix(".git")
+    path = "/".join(p for p in (repo.get("path_to_book", "").strip("/"), f"{page}.ipynb") if p)
+    colab = config.get("launch_buttons", {}).get("colab_url", "https://colab.research.google.com")
+    return f"{colab.rstrip('/')}/github/{owner_name}/blob/{repo.get('branch', 'main')}/{path}"
+
+
+def find_browser() -> str | None:
+    override = os.environ.get("CHROMIUM")
+    if override is not None:
+        return None if override in ("", "none") else shutil.which(override)
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class BrowserError(RuntimeError):
+    pass
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol on a pipe: Chromium reads
+    NUL-terminated JSON commands on fd 3 and writes replies and events on fd 4."""
+
+    def __init__(self, executable: str, profile: Path):
+        to_browser, self._write_fd = os.pipe()
+        self._read_fd, from_browser = os.pipe()
+
+        def child() -> None:  # runs in the child, between fork and exec
+            read = fcntl.fcntl(to_browser, fcntl.F_DUPFD, 10)
+            write = fcntl.fcntl(from_browser, fcntl.F_DUPFD, 10)
+            os.dup2(read, 3)
+            os.dup2(write, 4)
+
+        self._log = (profile / "chromium.log").open("wb")
+        self.process = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={profile / 'profile'}", "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            preexec_fn=child,  # no thread runs yet
+            close_fds=False,  # our other descriptors are close-on-exec anyway
+            start_new_session=True,  # its own process group, to end it with all its helpers
+        )
+        os.close(to_browser)
+        os.close(from_browser)
+        self._messages: queue.Queue = queue.Queue()
+        self._events: list[dict] = []
+        self._id = 0
+        threading.Thread(target=self._reader, daemon=True).start()
+        try:
+            self.version = self.call("Browser.getVersion", timeout=60)["product"]
+        except BrowserError as error:
+            self.close()
+            log = (profile / "chromium.log").read_text(errors="replace")[-2000:]
+            raise BrowserError(f"{executable} did not start: {error}\n{log}") from None
+
+    def _reader(self) -> None:
+        parts: list[bytes] = []
+        try:
+            while chunk := os.read(self._read_fd, 1 << 20):
+                *done, rest = chunk.split(b"\0")
+                for piece in done:
+                    self._messages.put(json.loads(b"".join([*parts, piece])))
+                    parts = []
+                parts.append(rest)
+        except OSError:
+            pass
+        self._messages.put(None)
+
+    def _next(self, deadline: float) -> dict:
+        try:
+            message = self._messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise BrowserError("timed out") from None
+        if message is None:
+            self._messages.put(None)
+            raise BrowserError("the browser exited")
+        return message
+
+    def call(
+        self,
+        method: str,
+        params: dict | None = None,
+        session: str | None = None,
+        timeout: float = PAGE_TIMEOUT,
+    ) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        data = json.dumps(message).encode() + b"\0"
+        try:
+            while data:
+                data = data[os.write(self._write_fd, data) :]
+        except OSError as error:
+            raise BrowserError(f"{method}: {error}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._next(deadline)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise BrowserError(f"{method}: {reply['error'].get('message')}")
+                return reply.get("result", {})
+            if "method" in reply:
+                self._events.append(reply)
+
+    def wait_for(self, method: str, session: str, timeout: float = PAGE_TIMEOUT) -> dict:
+        deadline = time.monotonic() + timeout
+        for event in self._events:
+            if event["method"] == method and event.get("sessionId") == session:
+                return event
+        while True:
+            event = self._next(deadline)
+            if "method" in event:
+                self._events.append(event)
+                if event["method"] == method and event.get("sessionId") == session:
+                    return event
+
+    def events(self, session: str) -> list[dict]:
+        return [e for e in self._events if e.get("sessionId") == session]
+
+    def forget(self, session: str) -> None:
+        self._events = [e for e in self._events if e.get("sessionId") != session]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.call("Browser.close", timeout=10)
+            except BrowserError:
+                pass
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        for fd in (self._write_fd, self._read_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._log.close()
+
+
+# Runs in the page once it has loaded: waits for MathJax, fonts and images, then measures.
+INSPECT = r"""
+(async () => {
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const math = [...document.querySelectorAll(".math")];  // Sphinx's math spans and divs
+  let mathjax = "not needed";
+  if (math.length) {
+    const ready = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+    const loaded = document.querySelector("script[src*='mathjax']");
+    for (let i = 0; loaded && i < 300 && !ready(); i++) await sleep(100);
+    if (ready()) { await MathJax.startup.promise; mathjax = "ran"; } else mathjax = "missing";
+  }
+  const images = [...document.images];
+  for (const img of images) img.loading = "eager";
+  await Promise.all(images.map((img) => img.complete ? null : new Promise((resolve) => {
+    img.addEventListener("load", resolve); img.addEventListener("error", resolve);
+    setTimeout(resolve, 20000);
+  })));
+  await document.fonts.ready;
+  const skip = "pre, code, script, style, textarea, mjx-container, .math";
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const rawTex = [];
+  const texPattern = /\$\$|\\[A-Za-z]{2,}|\\[()[\]]/;
+  for (let node; (node = walker.nextNode()); ) {
+    if (node.parentElement.closest(skip)) continue;
+    const found = node.textContent.match(texPattern);
+    if (found) {
+      const at = Math.max(0, found.index - 30);
+      rawTex.push(node.textContent.slice(at, found.index + 40).replace(/\s+/g, " ").trim());
+    }
+  }
+  const main = document.querySelector("main") || document.body;
+  return {
+    title: document.title,
+    text: main.innerText.trim().length,
+    height: Math.max(document.documentElement.scrollHeight, document.body.scrollHeight),
+    mathjax,
+    math: math.length,
+    untypeset: math.filter((el) => !el.querySelector("mjx-container"))
+      .map((el) => el.textContent.trim().slice(0, 80)),
+    typeset: document.querySelectorAll("mjx-container").length,
+    mathErrors: [...document.querySelectorAll("mjx-merror")]
+      .map((el) => el.getAttribute("data-mjx-error") || el.textContent.slice(0, 80)),
+    rawTex,
+    images: images.map((img) => ({
+      src: img.getAttribute("src"), natural: img.naturalWidth, shown: img.clientWidth,
+      displayed: img.getClientRects().length > 0 && getComputedStyle(img).visibility !== "hidden",
+    })),
+    links: [...document.querySelectorAll("a[href], area[href]")]
+      .map((a) => ({ href: a.getAttribute("href"), url: a.href })),
+    ids: [...document.querySelectorAll("[id]")].map((el) => el.id)
+      .concat([...document.querySelectorAll("a[name]")].map((a) => a.name)),
+  };
+})()
+"""
+
+
+# Resolves after the next two frames are painted.
+FRAME = "new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+def console_errors(events: list[dict]) -> list[str]:
+    errors = []
+    for event in events:
+        method, params = event["method"], event["params"]
+        if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            args = [str(a.get("value", a.get("description", ""))) for a in params["args"]]
+            errors.append(f"console.{params['type']}: {' '.join(args)[:300]}")
+        elif method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            text = details.get("exception", {}).get("description") or details.get("text")
+            errors.append(f"uncaught exception: {str(text)[:300]}")
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            entry = params["entry"]
+            errors.append(f"console error: {entry['text'][:300]} {entry.get('url', '')}".strip())
+        elif method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if urlparse(url).scheme not in ("file", "data", "blob", "about"):
+                errors.append(f"requested {url[:200]} from the network")
+    return list(dict.fromkeys(errors))
+
+
+class _Ids(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value and (name == "id" or (tag == "a" and name == "name")):
+                self.ids.add(value)
+
+
+def ids_in(path: Path, known: dict[Path, set[str]]) -> set[str]:
+    if path not in known:
+        parser = _Ids()
+        parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+        known[path] = parser.ids
+    return known[path]
+
+
+def link_problems(links: list[dict], html: Path, known: dict[Path, set[str]]) -> list[str]:
+    problems = []
+    for link in links:
+        url = urlparse(link["url"])
+        if url.scheme != "file":
+            continue
+        target = Path(unquote(url.path))
+        if target.is_dir():
+            target = target / "index.html"
+        where = f"link {link['href']!r}"
+        if not target.exists():
+            problems.append(f"{where}: {target} does not exist")
+        elif url.fragment and target.suffix == ".html":
+            if unquote(url.fragment) not in ids_in(target.resolve(), known):
+                problems.append(f"{where}: no id {unquote(url.fragment)!r} in {target.name}")
+    return list(dict.fromkeys(problems))
+
+
+def save_screenshots(
+    browser: Browser, session: str, metrics: dict, height: int, shot: Path
+) -> None:
+    """The whole page, in parts of SCREENSHOT_PART px: the window is made as tall as the page
+    (so that nothing is left unpainted below the fold), then each part is captured."""
+    height = min(height, MAX_SCREENSHOT_HEIGHT)
+    browser.call("Emulation.setDeviceMetricsOverride", {**metrics, "height": height}, session)
+    browser.call("Runtime.evaluate", {"expression": FRAME, "awaitPromise": True}, session)
+    for part, top in enumerate(range(0, height, SCREENSHOT_PART), start=1):
+        clip = {"x": 0, "y": top, "width": metrics["width"], "scale": 1}
+        clip["height"] = min(SCREENSHOT_PART, height - top)
+        image = browser.call("Page.captureScreenshot", {"format": "png", "clip": clip}, session)
+        name = shot if part == 1 else shot.with_name(f"{shot.stem}-{part}{shot.suffix}")
+        name.write_bytes(base64.b64decode(image["data"]))
+
+
+def check_page(
+    browser: Browser,
+    html: Path,
+    page: str,
+    shot: Path,
+    known: dict[Path, set[str]],
+    counts: dict[str, str],
+) -> list[str]:
+    """Everything wrong with ``page`` as headless Chromium shows it; saves ``shot`` and
+    notes in ``counts[page]`` what was checked."""
+    target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
+    session = session["sessionId"]
+    problems = []
+    try:
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.call(f"{domain}.enable", session=session)
+        metrics = {"width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False}
+        browser.call("Emulation.setDeviceMetricsOverride", metrics, session)
+        path = (html / f"{page}.html").resolve()
+        navigated = browser.call("Page.navigate", {"url": path.as_uri()}, session)
+        if navigated.get("errorText"):
+            return [f"did not load: {navigated['errorText']}"]
+        browser.wait_for("Page.loadEventFired", session)
+        params = {"expression": INSPECT, "awaitPromise": True, "returnByValue": True}
+        result = browser.call("Runtime.evaluate", params, session)
+        if "exceptionDetails" in result:
+            return [f"the inspection script failed: {result['exceptionDetails']}"]
+        found = result["result"]["value"]
+        save_screenshots(browser, session, metrics, found["height"], shot)
+        counts[page] = (
+            f"{found['typeset']} equations, {len(found['images'])} images, "
+            f"{len(found['links'])} links"
+        )
+        problems += console_errors(browser.events(session))
+        if found["text"] < 50:
+            problems.append(f"renders almost no text ({found['text']} characters in <main>)")
+        if found["mathjax"] == "missing":
+            problems.append(f"MathJax did not start; {found['math']} math elements not typeset")
+        untypeset = found["untypeset"]
+        problems += [f"math not typeset: {text!r}" for text in untypeset[:5]]
+        if len(untypeset) > 5:
+            problems.append(f"... and {len(untypeset) - 5} more math elements not typeset")
+        problems += [f"MathJax error: {text!r}" for text in found["mathErrors"]]
+        problems += [f"raw TeX left in the text: {text!r}" for text in found["rawTex"]]
+        for img in found["images"]:
+            if img["natural"] == 0:
+                problems.append(f"image {img['src']} did not load (naturalWidth 0)")
+            elif img["displayed"] and img["shown"] < MIN_SHOWN * img["natural"]:
+                problems.append(
+                    f"image {img['src']} shown {img['shown']} px wide of its natural "
+                    f"{img['natural']} px ({img['shown'] / img['natural']:.0%} < "
+                    f"{MIN_SHOWN:.0%}) at a {WINDOW[0]}-px window"
+                )
+        known[path] = set(found["ids"])
+        problems += link_problems(found["links"], html, known)
+        expected = colab_url(page)
+        if expected and expected not in {link["url"] for link in found["links"]}:
+            colab = [link["url"] for link in found["links"] if "colab" in link["url"]]
+            problems.append(f"no Colab launch link to {expected} (found: {colab or 'none'})")
+        return problems
+    finally:
+        try:
+            browser.call("Target.closeTarget", {"targetId": target}, timeout=10)
+        except BrowserError:
+            pass
+        browser.forget(session)
+
+
+def check_in_browser(executable: str, html: Path, screenshots: Path) -> tuple[int, list[str]]:
+    screenshots.mkdir(parents=True, exist_ok=True)
+    for old in screenshots.glob("*.png"):
+        old.unlink()
+    problems = []
+    known: dict[Path, set[str]] = {}
+    counts: dict[str, str] = {}
+    pages = [p for p in pages_from_toc() if (html / f"{p}.html").is_file()]
+    with tempfile.TemporaryDirectory(prefix="check-book-") as tmp:
+        browser = Browser(executable, Path(tmp))
+        print(f"check_built_book: {browser.version}, headless, no network, {WINDOW[0]}-px window")
+        try:
+            for page in pages:
+                shot = screenshots / (page.replace("/", "__") + ".png")
+                try:
+                    found = check_page(browser, html, page, shot, known, counts)
+                except BrowserError as error:
+                    found = [f"the browser failed on this page: {error}"]
+                problems += [f"{page}: {problem}" for problem in found]
+                verdict = f"{len(found)} problem(s)" if found else "ok"
+                print(f"  {page}: {verdict} ({counts.get(page, 'not measured')})")
+        finally:
+            browser.close()
+    return len(pages), problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("html", nargs="?", type=Path, default=ROOT / "_build" / "html")
+    parser.add_argument("--screenshots", type=Path, help="default: <html>/../screenshots")
+    args = parser.parse_args()
+    html = args.html.resolve()
+    screenshots = (args.screenshots or html.parent / "screenshots").resolve()
+    start = time.monotonic()
+    problems = check(html)
+    executable = find_browser()
+    pages = 0
+    if executable is None:
+        message = (
+            f"Chromium is not installed, so no page of the book was opened. Install it: {INSTALL}"
+        )
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            problems.append(f"{message}. CI=true requires the browser check.")
+        else:
+            bar = "!" * 78
+            print(
+                f"{bar}\ncheck_built_book: WARNING: {message}\n"
+                f"check_built_book: SKIPPED the browser check of every page.\n{bar}",
+                file=sys.stderr,
+            )
+    else:
+        try:
+            pages, found = check_in_browser(executable, html, screenshots)
+            problems += found
+        except BrowserError as error:
+            problems.append(str(error))
+    elapsed = time.monotonic() - start
+    summary = f"{pages} pages checked in Chromium in {elapsed:.1f} s"
+    if pages:
+        summary += f"; screenshots in {screenshots}"
+    if problems:
+        print(f"check_built_book: FAILED ({len(problems)} problems; {summary})")
+        print(" - " + "\n - ".join(problems))
+        return 1
+    print(
+        f"check_built_book: {len(pages_from_toc())} pages present, MathJax served locally, "
+        f"no CDN; {summary}"
+    )
+    return 0
 
 
 if __name__ == "__main__":
-    html = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "_build" / "html")
-    problems = check(html)
-    chapter = html / "book" / "01_attention.html"
-    typeset = typeset_offline(chapter)
-    if typeset is None:
-        print("check_built_book: chromium not installed; skipped the offline rendering check")
-    elif typeset == 0:
-        problems.append(f"headless Chromium with no network typeset no equation in {chapter}")
-    else:
-        print(f"check_built_book: offline Chromium typeset {typeset} equations in {chapter.name}")
-    if problems:
-        print("check_built_book: FAILED\n - " + "\n - ".join(problems))
-        sys.exit(1)
-    print(
-        f"check_built_book: {len(pages_from_toc())} pages present, MathJax served locally, no CDN"
-    )
+    sys.exit(main())
