@@ -1,7 +1,8 @@
 """The training engine (chapter 6): AdamW, warm-up + cosine, mixed precision, checkpoints.
 
-:func:`fit` trains any classifier ``model(images) -> logits``. It is the recipe of the ViT
-paper and DeiT, reduced to its parts:
+:func:`fit` trains any classifier ``model(images) -> logits``. It follows DeiT's optimisation
+(AdamW, linear warm-up then cosine decay, label smoothing; Touvron et al. 2021, Table 9); the
+ViT paper pre-trained with Adam and a linear decay instead. Its parts:
 
 * **AdamW** with weight decay on the weight matrices only: biases, norm weights and
   the names in ``model.no_weight_decay()`` (class token, position embeddings) are not
