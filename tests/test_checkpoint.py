@@ -12,26 +12,13 @@ from torch import nn
 
 import vit_tutorial.checkpoint as checkpoint
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
-from vit_tutorial.vit import VisionTransformer
+
+from tiny_models import tiny_vit
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def tiny_vit(**fields):
-    kwargs = dict(
-        image_size=4,
-        patch_size=2,
-        in_channels=1,
-        num_classes=3,
-        dim=16,
-        depth=1,
-        num_heads=2,
-        mlp_ratio=2.0,
-    )
-    return VisionTransformer(**{**kwargs, **fields})
 
 
 def test_checkpoint_round_trip_with_weights_only(tmp_path):

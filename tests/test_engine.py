@@ -14,28 +14,14 @@ from vit_tutorial.data import make_loader
 from vit_tutorial.engine import evaluate, fit, param_groups, predict, resolve_device, warmup_cosine
 from vit_tutorial.exercises import check_lr_schedule, check_param_groups
 from vit_tutorial.exercises.training import _lr_at
-from vit_tutorial.vit import VisionTransformer
 
 from checker_messages import wrapped
+from tiny_models import tiny_vit
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def tiny_vit(**fields):
-    kwargs = dict(
-        image_size=4,
-        patch_size=2,
-        in_channels=1,
-        num_classes=3,
-        dim=16,
-        depth=1,
-        num_heads=2,
-        mlp_ratio=2.0,
-    )
-    return VisionTransformer(**{**kwargs, **fields})
 
 
 def blobs(n=96, seed=0):
