@@ -55,11 +55,11 @@ def refused_clearly(error: Exception, **arguments) -> bool:
     if not isinstance(error, (TypeError, ValueError)):
         return False
     message = str(error)
+    # A short value such as 0 or 1 appears in almost any message: only its name counts then.
     return any(
         name in message
         or name.replace("_", " ") in message
-        or repr(value) in message
-        or str(value) in message
+        or (len(repr(value)) >= 4 and (repr(value) in message or str(value) in message))
         for name, value in arguments.items()
     )
 

@@ -67,7 +67,10 @@ def patch_grid(
     """
     (H, W), (ph, pw) = pair(image_size, "image_size"), pair(patch_size, "patch_size")
     if min(H, W, ph, pw) < 1:
-        raise ValueError(f"sizes must be positive, got image {(H, W)} and patch {(ph, pw)}")
+        raise ValueError(
+            f"image_size and patch_size must be positive, got image_size={(H, W)} and "
+            f"patch_size={(ph, pw)}"
+        )
     if H % ph or W % pw:
         raise ValueError(
             f"image size {(H, W)} is not divisible by patch size {(ph, pw)}: "
