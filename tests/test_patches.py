@@ -81,7 +81,9 @@ def test_image_to_patches_errors():
         image_to_patches(torch.randn(1, 3, 225, 224), 16)
     with pytest.raises(ValueError, match=r"\(B, C, H, W\), got 3-D \(3, 32, 32\)"):
         image_to_patches(torch.randn(3, 32, 32), 16)
-    with pytest.raises(ValueError, match=r"must be positive, got image_size=\(32, 32\) and patch_size=\(0, 16\)"):
+    with pytest.raises(
+        ValueError, match=r"must be positive, got image_size=\(32, 32\) and patch_size=\(0, 16\)"
+    ):
         image_to_patches(torch.randn(1, 3, 32, 32), (0, 16))
 
 
