@@ -11,6 +11,8 @@ STAMP := $(VENV)/.installed
 # pip prints one harmless line per package about the mirror layout; hide those.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
+# Every notebook of the book: the chapters, then one solutions notebook per chapter.
+NOTEBOOKS := $(CHAPTERS) $(sort $(wildcard book/solutions/[0-9]*.ipynb))
 # Debian packages besides Python's, installed by `setup` when the machine can (root or
 # password-less sudo) and otherwise named with the command to run; under CI=true a missing
 # one fails the run. chromium: tools/check_built_book.py opens every page of the book in it.
@@ -21,8 +23,9 @@ SYSTEM_PACKAGES := chromium
 help:
 	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
 	@echo "make test       set up .venv if needed, ruff, pytest (unit + doctest + nbval), book build"
-	@echo "make notebooks  re-execute every chapter in place (after changing a module)"
-	@echo "make colab-cells  rewrite each chapter's first cell from _config.yml's repository"
+	@echo "make notebooks  re-execute every notebook in place (after changing a module);"
+	@echo "                NB=book/01_attention.ipynb for one"
+	@echo "make colab-cells  rewrite each notebook's first cell from _config.yml's repository"
 	@echo "make bench      run the scripts in benchmarks/"
 	@echo "make lock       rewrite constraints.txt with the exact versions in .venv"
 
@@ -56,10 +59,10 @@ test: lint pytest book-only
 	@echo "make test: all checks passed"
 
 notebooks: setup
-	$(BIN)/python tools/execute_notebooks.py $(if $(NB),$(NB),$(CHAPTERS))
+	$(BIN)/python tools/execute_notebooks.py $(if $(NB),$(NB),$(NOTEBOOKS))
 
 colab-cells: setup
-	$(BIN)/python tools/colab_cell.py --write $(CHAPTERS)
+	$(BIN)/python tools/colab_cell.py --write $(NOTEBOOKS)
 
 bench: setup
 	for script in benchmarks/[!_]*.py; do echo "== $$script"; $(BIN)/python "$$script"; done

@@ -12,6 +12,13 @@ from colab_cell import colab_cell_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS_DIR = ROOT / "book" / "solutions"
+SOLUTIONS = sorted(SOLUTIONS_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = CHAPTERS + SOLUTIONS  # every notebook of the book
+
+
+def name(path: Path) -> str:
+    return str(path.relative_to(ROOT / "book"))
 
 
 def load(path: Path) -> dict:
@@ -41,7 +48,7 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
     assert chapter_entries == sorted(chapter_entries), "chapters must appear in order"
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
 def test_first_cell_installs_from_the_configured_repository(chapter):
     first = load(chapter)["cells"][0]
     assert first["cell_type"] == "code"
@@ -50,7 +57,7 @@ def test_first_cell_installs_from_the_configured_repository(chapter):
     assert "remove-cell" in first["metadata"].get("tags", []), "run `make colab-cells`"
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
 def test_executed_top_to_bottom_without_errors(chapter):
     counts = [c["execution_count"] for c in code_cells(chapter)]
     assert counts == list(range(1, len(counts) + 1)), "run `make notebooks NB=...`"
@@ -67,7 +74,7 @@ def markers(cell: dict) -> set[str]:
     return tags & {"NBVAL_SKIP", "NBVAL_IGNORE_OUTPUT"}
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
 def test_nbval_markers_are_used_as_the_rules_say(chapter):
     for cell in code_cells(chapter):
         text = source(cell)
@@ -85,7 +92,7 @@ def test_nbval_markers_are_used_as_the_rules_say(chapter):
             )
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
 def test_chapter_imports_the_package(chapter):
     code = "\n".join(source(c) for c in code_cells(chapter))
     assert re.search(r"^from vit_tutorial[.\w]* import", code, re.MULTILINE)
@@ -110,3 +117,66 @@ def test_requirements_have_lower_bounds_only_and_constraints_pin():
     pins = (ROOT / "constraints.txt").read_text()
     for pin in ("torch==2.14.1", "torchvision==0.29.1", "jupyter-book==1.0.4"):
         assert pin in pins
+
+
+# ---------------------------------------------------------------------------------------
+# Exercises: graded in the chapter, solved in the solutions notebook
+
+NOT_ATTEMPTED = "not attempted yet: fill in `{}` above and re-run\n"
+CHECK_CALL = re.compile(r"^(check_\w+)\((\w+)\)\s*$", re.MULTILINE)  # at the top level
+
+
+def text_output(cell: dict) -> str:
+    return "".join(
+        "".join(out.get("text", "")) for out in cell["outputs"] if out["output_type"] == "stream"
+    )
+
+
+def checker_cells(path: Path) -> list[tuple[str, str, dict]]:
+    """(checker, answer, cell) for each cell that calls a checker at its top level."""
+    found = []
+    for cell in code_cells(path):
+        calls = CHECK_CALL.findall(source(cell))
+        found += [(checker, answer, cell) for checker, answer in calls]
+    return found
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_ends_with_at_least_three_graded_exercises_left_to_the_learner(chapter):
+    graded = checker_cells(chapter)
+    assert len({checker for checker, _, _ in graded}) >= 3, "at least 3 graded exercises"
+    code = "\n".join(source(c) for c in code_cells(chapter))
+    for checker, answer, cell in graded:
+        assert len(CHECK_CALL.findall(source(cell))) == 1, "one checker call per cell"
+        assert text_output(cell) == NOT_ATTEMPTED.format(answer), (
+            f"{checker}({answer}) must meet the untouched stub in the chapter: solutions "
+            f"belong in book/solutions/{chapter.name}"
+        )
+        stub = re.search(rf"^def {answer}\(.*?(?=^\S|\Z)", code, re.MULTILINE | re.DOTALL)
+        assert stub and "raise NotImplementedError" in stub.group(), (
+            f"the attempt cell must define {answer} as a stub that raises NotImplementedError"
+        )
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+def test_solutions_notebook_passes_every_exercise_and_answers_more_to_try(chapter):
+    solutions = SOLUTIONS_DIR / chapter.name
+    assert solutions.is_file(), f"book/solutions/{chapter.name} is missing"
+    passed = {
+        checker
+        for checker, _, cell in checker_cells(solutions)
+        if text_output(cell).startswith(f"Correct! {checker}")
+    }
+    for checker, _, _ in checker_cells(chapter):
+        assert checker in passed, f"{checker} is not passed by the solutions notebook"
+    markdown = "\n".join(
+        source(c) for c in load(solutions)["cells"] if c["cell_type"] == "markdown"
+    )
+    assert "More to try" in markdown, "answer the chapter's 'More to try' items"
+
+
+def test_solutions_have_their_own_part_in_the_toc_in_chapter_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
+    assert parts.get("Solutions") == [f"book/solutions/{c.stem}" for c in CHAPTERS]
+    assert [p.name for p in SOLUTIONS] == [c.name for c in CHAPTERS], "one per chapter"

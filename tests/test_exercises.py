@@ -314,3 +314,43 @@ def test_confirmations_fit_the_page(name, capsys):
     getattr(exercises, name)(REFERENCES[name])
     printed = capsys.readouterr().out
     assert max(len(line) for line in printed.splitlines()) <= WIDTH, printed
+
+
+# ---------------------------------------------------------------------------------------
+# The chapter's stub, untouched
+
+
+def untouched_stub(*args):
+    raise NotImplementedError
+
+
+def stub_that_fails_later(*args):
+    """An answer that calls a helper the learner has not written yet."""
+    raise NotImplementedError("a helper is still to be written")
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_an_untouched_stub_is_reported_as_not_attempted(name, capsys):
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    getattr(exercises, name)(untouched_stub)  # prints, does not raise
+    assert capsys.readouterr().out == (
+        "not attempted yet: fill in `untouched_stub` above and re-run\n"
+    )
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_not_attempted_names_the_learners_function_whatever_its_name(capsys):
+    exercises.check_attention(stub_that_fails_later)
+    assert "`stub_that_fails_later`" in capsys.readouterr().out
+
+
+def test_other_errors_in_an_answer_are_still_reported_as_crashes():
+    def crashes(q, k, v, num_heads):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(AssertionError) as error:
+        exercises.check_attention(crashes)
+    assert "crashed" in str(error.value) and "RuntimeError: shape mismatch" in flat(
+        str(error.value)
+    )

@@ -1,8 +1,10 @@
 """Helpers shared by the exercise checkers.
 
-Every checker is wrapped in :func:`checker`, which gives it two properties in one place:
-it leaves no trace (the learner's random state is the same afterwards), and its messages
-come out wrapped to :data:`WIDTH` columns, as a chapter prints them.
+Every checker is wrapped in :func:`checker`, which gives it three properties in one place:
+it leaves no trace (the learner's random state is the same afterwards), its messages come
+out wrapped to :data:`WIDTH` columns, as a chapter prints them, and an answer that is still
+the chapter's stub (it raises :class:`NotImplementedError`) gets a one-line reminder
+instead of a traceback.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-__all__ = ["WIDTH", "call_safely", "checker", "close", "passed", "wrap"]
+__all__ = ["NOT_ATTEMPTED", "WIDTH", "call_safely", "checker", "close", "passed", "wrap"]
 
 WIDTH = 80
 """Columns of a checker's message, prefix included: the book shows about 88."""
+
+NOT_ATTEMPTED = "not attempted yet: fill in `{name}` above and re-run"
+"""What a checker prints when the learner's function still raises NotImplementedError."""
 
 _PREFIX = "AssertionError: "  # what a chapter prints before the message
 # Short formulas stay on one line: a parenthesis without nested ones, or a quoted pattern.
@@ -62,7 +67,17 @@ def checker(fn: F) -> F:
     The checker runs inside :func:`torch.random.fork_rng` with a fixed seed, so what it
     draws, and what the learner's answer draws, is reproducible and invisible afterwards.
     An :class:`AssertionError` it raises gets its message wrapped to fit the page after
-    ``"AssertionError: "``.
+    ``"AssertionError: "``. When the learner's answer raises :class:`NotImplementedError`
+    (the chapter's stub, untouched), the checker prints :data:`NOT_ATTEMPTED` and returns.
+
+    Example:
+        >>> @checker
+        ... def check_double(answer):
+        ...     assert answer(2) == 4, "double 2 is 4"
+        >>> def double(x):
+        ...     raise NotImplementedError
+        >>> check_double(double)
+        not attempted yet: fill in `double` above and re-run
     """
 
     @functools.wraps(fn)
@@ -71,18 +86,35 @@ def checker(fn: F) -> F:
             torch.manual_seed(0)
             try:
                 return fn(*args, **kwargs)
-            except AssertionError as error:
+            except (NotImplementedError, AssertionError) as error:
+                if _is_stub(error):
+                    print(NOT_ATTEMPTED.format(name=_answer_name(args, kwargs)))
+                    return None
                 error.args = (wrap(str(error), len(_PREFIX)),)
                 raise
 
     return wrapper  # type: ignore[return-value]
 
 
+def _is_stub(error: BaseException) -> bool:
+    """True when ``error`` is, or was raised from, a :class:`NotImplementedError`."""
+    return isinstance(error, NotImplementedError) or isinstance(
+        error.__cause__, NotImplementedError
+    )
+
+
+def _answer_name(args: tuple, kwargs: dict) -> str:
+    """The name of the learner's function: the checker's first argument."""
+    answer = args[0] if args else next(iter(kwargs.values()), None)
+    return getattr(answer, "__name__", "your function")
+
+
 def call_safely(fn: Callable, args: tuple, what: str) -> Any:
     """``fn(*args)`` without autograd; a crash becomes an :class:`AssertionError`.
 
     The message names the case (``what``) and the learner's error, so that the learner
-    sees their own bug rather than a traceback into the checker.
+    sees their own bug rather than a traceback into the checker. (When that error is a
+    :class:`NotImplementedError`, :func:`checker` reports "not attempted" instead.)
     """
     try:
         with torch.no_grad():
