@@ -16,7 +16,8 @@ NOTEBOOKS := $(CHAPTERS) $(sort $(wildcard book/solutions/[0-9]*.ipynb))
 # Debian packages besides Python's, installed by `setup` when the machine can (root or
 # password-less sudo) and otherwise named with the command to run; under CI=true a missing
 # one fails the run. chromium: tools/check_built_book.py opens every page of the book in it.
-SYSTEM_PACKAGES := chromium
+# dataset-fashion-mnist: the original Fashion-MNIST files, read offline by chapter 8.
+SYSTEM_PACKAGES := chromium dataset-fashion-mnist
 
 .PHONY: help setup system-packages test lint pytest book book-only notebooks colab-cells bench lock clean
 
