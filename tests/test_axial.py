@@ -24,7 +24,7 @@ from vit_tutorial.axial import (
 from vit_tutorial.checkpoint import load_checkpoint
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import fit, param_groups
-from vit_tutorial.exercises import check_axial_attention, check_axial_scores
+from vit_tutorial.exercises import check_axial_attention, check_axial_mask, check_axial_scores
 from vit_tutorial.measure import median_seconds, peak_memory
 
 from checker_messages import wrapped
@@ -389,6 +389,81 @@ def test_scores_checker(capsys):
 def test_scores_checker_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_axial_scores(wrong)
+
+
+def mask_by_hand(grid_size, axis):
+    """A correct answer written with loops over (row, column) pairs, as a list of lists."""
+    gh, gw = grid_size
+    where = [(n // gw, n % gw) for n in range(gh * gw)]  # row-major: token n = row·Gw + col
+    same = 1 if axis == "height" else 0  # compare columns for 'height', rows for 'width'
+    return [[int(a[same] == b[same]) for b in where] for a in where]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        axial_mask,
+        mask_by_hand,
+        lambda grid_size, axis: torch.tensor(mask_by_hand(grid_size, axis), dtype=torch.float64),
+        lambda grid_size, axis: axial_mask(grid_size, axis).numpy(),
+    ],
+    ids=["package", "list of 0/1", "float64", "numpy"],
+)
+def test_mask_checker_accepts_correct_answers(answer, capsys):
+    check_axial_mask(answer)
+    assert capsys.readouterr().out.startswith("Correct! check_axial_mask")
+
+
+def column_major(grid_size, axis):
+    """The right rule on tokens numbered down the columns: token n = column·Gh + row."""
+    gh, gw = grid_size
+    n = torch.arange(gh * gw)
+    line = n // gh if axis == "height" else n % gh  # the column, or the row, of token n
+    return line[:, None] == line[None, :]
+
+
+def other_axis(axis):
+    return "width" if axis == "height" else "height"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda g, axis: axial_mask(g, other_axis(axis)), "that is the 'width' mask"),
+        (column_major, "numbered the tokens column-major"),
+        (lambda g, axis: ~axial_mask(g, axis), "inverted"),
+        (lambda g, axis: axial_mask(g, "height") | axial_mask(g, "width"), "union"),
+        (lambda g, axis: torch.ones(g[0] * g[1], g[0] * g[1]), "full attention"),
+        (
+            lambda g, axis: torch.zeros(g[0] * g[1], g[0] * g[1]).masked_fill(
+                ~axial_mask(g, axis), float("-inf")
+            ),
+            "additive bias",
+        ),
+        (lambda g, axis: axial_mask(g, axis).reshape(*g, *g), r"\(15, 15\).*row-major"),
+        (lambda g, axis: axial_mask(g, axis) * 0.5, "True/False"),
+        (lambda g, axis: None, "return a tensor, got NoneType"),
+        (
+            lambda g, axis: axial_mask(g, axis) & torch.eye(g[0] * g[1], dtype=torch.bool),
+            r"30 of 225 entries are wrong, e.g. mask\[0, 5\] should be True.*\(1, 0\)",
+        ),
+    ],
+    ids=[
+        "swapped",
+        "column-major",
+        "inverted",
+        "union",
+        "full",
+        "bias",
+        "shape",
+        "0.5",
+        "None",
+        "diagonal",
+    ],
+)
+def test_mask_checker_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_axial_mask(wrong)
 
 
 def test_along_axis_folds_columns_or_rows():

@@ -10,7 +10,7 @@ from einops import rearrange
 
 import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
-from vit_tutorial.axial import AxialAttention, attention_flops
+from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.patches import image_to_patches
@@ -85,6 +85,7 @@ REFERENCES = {
     "check_param_groups": param_groups,
     "check_axial_attention": along,
     "check_axial_scores": axial_scores,
+    "check_axial_mask": axial_mask,
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -130,6 +131,7 @@ FLOAT64 = {
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
     "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
+    "check_axial_mask": lambda grid_size, axis: axial_mask(grid_size, axis).double(),
 }
 
 
@@ -219,6 +221,13 @@ def count_without(term):
     return count
 
 
+def axial_mask_column_major(grid_size, axis):
+    gh, gw = grid_size
+    n = torch.arange(gh * gw)
+    line = n // gh if axis == "height" else n % gh  # column, or row, of token n = col·Gh + row
+    return line[:, None] == line[None, :]
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -256,6 +265,13 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
         lambda x, attend, axis: attend(x.reshape(-1, x.shape[1], x.shape[3])).reshape(x.shape),
         "does not gather columns",
     ),
+    (
+        "check_axial_mask",
+        lambda grid_size, axis: axial_mask(grid_size, "width" if axis == "height" else "height"),
+        "that is the 'width' mask",
+    ),
+    ("check_axial_mask", axial_mask_column_major, "numbered the tokens column-major"),
+    ("check_axial_mask", lambda grid_size, axis: ~axial_mask(grid_size, axis), "inverted"),
 ]
 
 

@@ -1,20 +1,24 @@
 """Axial attention: attend along each column, then along each row (chapter 7).
 
-Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` tokens compares every token
-with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial attention
-(Ho et al. 2019, Wang et al. 2020) splits it in two layers: in the **height** layer a token attends only to the tokens
-of its column, in the **width** layer only to those of its row. Each layer costs
-``O(N·Gh)`` or ``O(N·Gw)``, that is ``O(N·√N)`` on a square grid, and after both every
-token has heard from every other one (through the token where its row meets the other
-token's column).
+Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` patch tokens compares every
+token with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is
+stored. (The models here have no class token, so the sequence that attention sees is the
+grid itself: ``T = N``.) Axial attention (Ho et al. 2019, Wang et al. 2020) splits it in
+two layers: in the **height** layer a token attends only to the tokens of its column, in
+the **width** layer only to those of its row. Each layer costs ``O(N·Gh)`` or
+``O(N·Gw)``, that is ``O(N·√N)`` on a square grid, and after both every token has heard
+from every other one (through the token where its row meets the other token's column).
 
 :class:`AxialAttention` applies a :class:`~vit_tutorial.attention.MultiHeadSelfAttention`
 with the other axis folded into the batch (:func:`along_axis`), so it has the same
-parameters and the same fused and explicit paths. :class:`AxialViT` stacks :class:`AxialEncoderBlock` s and, having no class
-token, averages the tokens. :func:`attention_flops` counts what a layer costs;
-:func:`vit_tutorial.measure.peak_memory` and :func:`vit_tutorial.measure.median_seconds`
-measure it on the CPU.
-Shapes: B batch, Gh×Gw patch grid, N = Gh·Gw tokens, D model width, h heads.
+parameters and the same fused and explicit paths. :class:`AxialViT` stacks
+:class:`AxialEncoderBlock` s and, having no class token, averages the tokens.
+:func:`attention_flops` counts what a layer costs; :func:`vit_tutorial.measure.peak_memory`
+and :func:`vit_tutorial.measure.median_seconds` measure it on the CPU.
+
+Shapes: B batch, Gh×Gw patch grid, N = Gh·Gw patches, T = N tokens in a flattened grid
+(no class token), D model width, h heads; a column is a sequence of Gh tokens, a row one
+of Gw.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
 
     Args:
         x: a grid of tokens, shape ``(B, Gh, Gw, D)``.
-        fn: maps ``(B', L, D)`` to ``(B', L, D')``, e.g. a multi-head self-attention.
+        fn: maps a batch of sequences ``(B', T, D)`` to ``(B', T, D')``, e.g. a
+            multi-head self-attention; here ``T`` is ``Gh`` or ``Gw``.
         axis: ``'height'`` or ``'width'``.
 
     Example:
@@ -150,7 +155,7 @@ class AxialAttention(nn.Module):
 
         def attend(lines: Tensor) -> Tensor:
             out, weights = self.attn.forward_with_weights(lines)
-            kept.append(weights)  # (B·G, h, L, L)
+            kept.append(weights)  # (B·Gw, h, Gh, Gh) or (B·Gh, h, Gw, Gw)
             return out
 
         out = along_axis(x, attend, self.axis)
@@ -290,8 +295,10 @@ def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
         axis: ``'height'`` (same column) or ``'width'`` (same row).
 
     Returns:
-        A boolean ``(N, N)`` mask, ``True`` = may attend, for
-        :class:`~vit_tutorial.attention.MultiHeadSelfAttention`'s ``attn_bias``.
+        A boolean ``(N, N)`` mask over the grid's ``N = Gh·Gw`` tokens, ``True`` = may
+        attend (row: the query, column: the key), for the ``attn_bias`` of a
+        :class:`~vit_tutorial.attention.MultiHeadSelfAttention` given the flattened grid
+        ``(B, T, D)``, ``T = N``.
 
     Example:
         >>> axial_mask((2, 3), "width").int()  # two rows of three tokens

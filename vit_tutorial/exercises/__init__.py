@@ -5,7 +5,7 @@ with an explanation when it is wrong, and prints a confirmation when it is right
 """
 
 from vit_tutorial.exercises.attention import check_attention
-from vit_tutorial.exercises.axial import check_axial_attention, check_axial_scores
+from vit_tutorial.exercises.axial import check_axial_attention, check_axial_mask, check_axial_scores
 from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path
 from vit_tutorial.exercises.patches import check_image_to_patches, check_patch_embedding
 from vit_tutorial.exercises.positional import check_relative_position_index, check_sinusoidal_2d
@@ -31,5 +31,6 @@ __all__ = [
     "check_param_groups",
     # axial
     "check_axial_attention",
+    "check_axial_mask",
     "check_axial_scores",
 ]

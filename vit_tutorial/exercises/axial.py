@@ -1,4 +1,4 @@
-"""Checkers for chapter 7: axial attention and what it costs."""
+"""Checkers for chapter 7: axial attention, its mask, and what it costs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.axial import along_axis
-from vit_tutorial.exercises._common import checker, close, passed
+from vit_tutorial.axial import along_axis, axial_mask
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 
-__all__ = ["check_axial_attention", "check_axial_scores"]
+__all__ = ["check_axial_attention", "check_axial_mask", "check_axial_scores"]
 
 Attend = Callable[[Tensor], Tensor]
 
@@ -51,7 +51,7 @@ def _diagnose(got: Tensor, want: Tensor, x: Tensor, attend: Attend, axis: str) -
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     """Grade a learner's ``fn(x, attend, axis) -> out`` on grids ``x`` of shape ``(B, Gh, Gw, D)``.
 
-    ``attend`` maps a batch of sequences ``(B', L, D)`` to ``(B', L, D)`` (for example a
+    ``attend`` maps a batch of sequences ``(B', T, D)`` to ``(B', T, D)`` (for example a
     :class:`~vit_tutorial.attention.MultiHeadSelfAttention`). ``fn`` must apply it along
     the columns (``axis='height'``) or the rows (``axis='width'``) of the grid and return
     the result in the layout of ``x``.
@@ -137,3 +137,109 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
             f"width layer N·Gw = {n * gw})"
         )
     passed("check_axial_scores", "N·(Gh + Gw) scores, against N² for full attention.")
+
+
+def _mask_mistakes(grid_size: tuple[int, int], axis: str) -> list[tuple[Tensor, str]]:
+    """Masks of the usual mistakes on a ``Gh × Gw`` grid, each with its explanation."""
+    gh, gw = grid_size
+    other = "width" if axis == "height" else "height"
+    line = "column" if axis == "height" else "row"
+    n = torch.arange(gh * gw)
+    rows, cols = n % gh, n // gh  # the coordinates of token n, numbered column-major
+    by_column_major = cols if axis == "height" else rows
+    want = axial_mask(grid_size, axis)
+    return [
+        (
+            ~want,
+            f"the mask is inverted: True must mean 'may attend', for the tokens of the "
+            f"query's own {line}, as attn_bias of MultiHeadSelfAttention reads a "
+            f"boolean mask",
+        ),
+        (
+            axial_mask(grid_size, other),
+            f"that is the {other!r} mask: 'height' lets a token attend to the tokens above "
+            f"and below it (its column, the same column index), 'width' to those beside "
+            f"it (its row); here each token must see its {line}",
+        ),
+        (
+            by_column_major[:, None] == by_column_major[None, :],
+            f"you numbered the tokens column-major (n = column·Gh + row); the grid is "
+            f"flattened row-major, as PatchEmbedding and reshape do: token n is at row "
+            f"n // Gw and column n % Gw, with Gw = {gw}",
+        ),
+        (
+            want | axial_mask(grid_size, other),
+            "that is the union of both masks (same row or same column), the pattern of "
+            "criss-cross attention; one axial layer attends along one axis only",
+        ),
+        (
+            torch.ones_like(want),
+            "every token may attend to every other one: that is full attention",
+        ),
+    ]
+
+
+def _as_mask(got: object, what: str, shape: tuple[int, int]) -> Tensor:
+    """The learner's answer as a boolean tensor of ``shape``, or an AssertionError."""
+    if not isinstance(got, Tensor):
+        try:
+            got = torch.as_tensor(got)
+        except (TypeError, ValueError, RuntimeError):
+            raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}") from None
+    if tuple(got.shape) != shape:
+        hint = (
+            "; flatten the grid's two axes into one, row-major"
+            if got.numel() == shape[0] * shape[1]
+            else ""
+        )
+        raise AssertionError(
+            f"{what}: the mask must have shape (N, N) = {shape}, one row per query "
+            f"token and one column per key token, got {tuple(got.shape)}{hint}"
+        )
+    if got.dtype == torch.bool:
+        return got
+    if got.is_floating_point() and torch.isinf(got).any():
+        raise AssertionError(
+            f"{what}: that is an additive bias (0 where allowed, -inf where not); return "
+            f"a boolean mask, True where a token may attend"
+        )
+    if not ((got == 0) | (got == 1)).all():
+        raise AssertionError(f"{what}: the mask must hold True/False (or 1/0) only")
+    return got == 1
+
+
+@checker
+def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
+    """Grade ``fn(grid_size, axis) -> mask``: who may attend to whom in one axial layer.
+
+    For a ``Gh × Gw`` grid whose ``N = Gh·Gw`` tokens are numbered row-major, ``mask`` has
+    shape ``(N, N)``: ``mask[n, m]`` is ``True`` when query token ``n`` may attend to key
+    token ``m``, that is when both lie in the same column (``axis='height'``) or the same
+    row (``axis='width'``). A boolean tensor, or any tensor of 1s and 0s, is accepted.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_axial_mask(axial_mask)
+        Correct! check_axial_mask: same as axial_mask on 3 grids and both axes.
+    """
+    grids = [(3, 5), (4, 4), (1, 6)]  # the first, not square, tells the mistakes apart
+    for gh, gw in grids:
+        for axis in ("height", "width"):
+            what = f"grid_size=({gh}, {gw}), axis={axis!r}"
+            N = gh * gw
+            got = _as_mask(call_safely(fn, ((gh, gw), axis), what), what, (N, N))
+            want = axial_mask((gh, gw), axis)
+            if torch.equal(got, want):
+                continue
+            for wrong, explanation in _mask_mistakes((gh, gw), axis):
+                if torch.equal(got, wrong):
+                    raise AssertionError(f"{what}: {explanation}")
+            n, m = (got != want).nonzero()[0].tolist()
+            raise AssertionError(
+                f"{what}: {int((got != want).sum())} of {N * N} entries are wrong, e.g. "
+                f"mask[{n}, {m}] should be {bool(want[n, m])}: token {n} is at (row, column) "
+                f"{(n // gw, n % gw)} and token {m} at {(m // gw, m % gw)}"
+            )
+    passed("check_axial_mask", f"same as axial_mask on {len(grids)} grids and both axes.")
