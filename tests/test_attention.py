@@ -12,7 +12,7 @@ from vit_tutorial.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from vit_tutorial.exercises import check_attention
+from vit_tutorial.exercises import check_attention, check_masked_attention, check_stable_softmax
 from vit_tutorial.exercises.attention import _multi_head
 
 from checker_messages import wrapped
@@ -217,6 +217,83 @@ def test_checker_accepts_a_correct_solution(capsys):
 def test_checker_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_attention(wrong)
+
+
+# --- the checker of masked attention ---------------------------------------------------------
+
+
+def explicit_masked(q, k, v, mask):
+    """A learner's answer: -inf on the blocked scores, and nan rows (no key at all) made 0."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return torch.nan_to_num(weights) @ v
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        explicit_masked,
+        lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask)[0],
+        # Zeroing after the softmax is right when the weights are renormalised.
+        lambda q, k, v, mask: (
+            torch.nan_to_num(
+                (w := (q @ k.mT / math.sqrt(q.shape[-1])).softmax(-1) * mask)
+                / w.sum(-1, keepdim=True)
+            )
+            @ v
+        ),
+    ],
+    ids=["masked_fill and nan_to_num", "torch SDPA", "the package", "renormalised"],
+)
+def test_masked_attention_checker_accepts_correct_answers(answer, capsys):
+    check_masked_attention(answer)
+    assert capsys.readouterr().out.startswith("Correct! check_masked_attention")
+
+
+def test_masked_attention_checker_reports_a_wrong_shape_and_a_nan_it_cannot_name():
+    with pytest.raises(AssertionError, match=wrapped(r"must have shape \(2, 5, 8\), got \(2, 5\)")):
+        check_masked_attention(lambda q, k, v, mask: q.sum(-1))
+    with pytest.raises(AssertionError, match=wrapped("has nan or inf")):
+        check_masked_attention(lambda q, k, v, mask: q * float("nan"))
+
+
+# --- the checker of the stable softmax -----------------------------------------------------
+
+
+def subtract_max(x, dim):
+    e = (x - x.max(dim, keepdim=True).values).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        subtract_max,
+        torch.softmax,
+        lambda x, dim: (x - torch.logsumexp(x, dim, keepdim=True)).exp(),
+        lambda x, dim: torch.softmax(x, dim).half(),
+        lambda x, dim: subtract_max(x.double(), dim),
+    ],
+    ids=["max subtracted", "torch.softmax", "logsumexp", "float16 output", "float64"],
+)
+def test_stable_softmax_checker_accepts_correct_answers(answer, capsys):
+    check_stable_softmax(answer)
+    assert capsys.readouterr().out.startswith("Correct! check_stable_softmax")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda x, dim: x.exp() / x.exp().sum(dim, keepdim=True), r"near \+1000.*nan or inf"),
+        (lambda x, dim: torch.softmax(x, 0), "normalised along dim=0, not dim=-1"),
+        (lambda x, dim: torch.softmax(x, dim) + 1e-3, "differs from the softmax"),
+        (lambda x, dim: torch.softmax(x, dim)[..., :1], "output must have shape"),
+    ],
+)
+def test_stable_softmax_checker_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_stable_softmax(wrong)
 
 
 def test_fully_masked_query_gives_zeros_on_both_paths():

@@ -13,7 +13,7 @@ from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
-from vit_tutorial.patches import image_to_patches
+from vit_tutorial.patches import image_to_patches, patches_to_image
 from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
 
@@ -29,6 +29,10 @@ def multi_head(q, k, v, num_heads, scale=None):
     else:
         out = (q @ k.transpose(-2, -1) * scale).softmax(-1) @ v
     return rearrange(out, "b h n d -> b n (h d)")
+
+
+def masked(q, k, v, mask):
+    return scaled_dot_product_attention(q, k, v, mask)[0]
 
 
 def conv_to_linear(conv):
@@ -73,8 +77,11 @@ def axial_scores(gh, gw):
 
 REFERENCES = {
     "check_attention": multi_head,
+    "check_masked_attention": masked,
+    "check_stable_softmax": torch.softmax,
     "check_image_to_patches": image_to_patches,
     "check_patch_embedding": conv_to_linear,
+    "check_patches_to_image": patches_to_image,
     "check_sinusoidal_2d": sinusoidal_2d,
     "check_relative_position_index": relative_index,
     "check_drop_path": drop_path,
@@ -124,8 +131,13 @@ def sincos_float64(grid_size, dim):
 
 FLOAT64 = {
     "check_attention": lambda q, k, v, h: multi_head(q.double(), k.double(), v.double(), h),
+    "check_masked_attention": lambda q, k, v, mask: masked(
+        q.double(), k.double(), v.double(), mask
+    ),
+    "check_stable_softmax": lambda x, dim: torch.softmax(x.double(), dim),
     "check_image_to_patches": lambda images, p: image_to_patches(images.double(), p),
     "check_patch_embedding": lambda conv: conv_to_linear(conv).double(),
+    "check_patches_to_image": lambda patches, p, size: patches_to_image(patches.double(), p, size),
     "check_sinusoidal_2d": sincos_float64,
     "check_drop_path": lambda x, p, training: drop_path(x.double(), p, training),
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
@@ -187,6 +199,32 @@ def attention_times_sqrt_d(q, k, v, h):
     return multi_head(q, k, v, h, scale=math.sqrt(q.shape[-1] // h))
 
 
+def scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def masked_with_nan_rows(q, k, v, mask):
+    """Correct where a query sees a key; nan where it sees none."""
+    return scores(q, k).masked_fill(~mask, float("-inf")).softmax(-1) @ v
+
+
+def naive_softmax(x, dim):
+    return x.exp() / x.exp().sum(dim, keepdim=True)
+
+
+def softmax_minus_global_max(x, dim):
+    e = (x - x.max()).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def patches_back(pattern):
+    def rebuild(patches, patch_size, image_size):
+        (p1, p2), (H, _) = ((s, s) if isinstance(s, int) else s for s in (patch_size, image_size))
+        return rearrange(patches, pattern, gh=H // p1, p1=p1, p2=p2)
+
+    return rebuild
+
+
 def sin_cos_swapped(grid_size, dim):
     table = rearrange(sinusoidal_2d(grid_size, dim), "n (k two) -> n k two", two=2)
     return rearrange(table.flip(-1), "n k two -> n (k two)")  # cos on even, sin on odd
@@ -235,6 +273,64 @@ def post_norm(block, x):
 
 MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_attention", attention_times_sqrt_d, "multiplied"),
+    ("check_masked_attention", lambda q, k, v, m: masked(q, k, v, ~m), "mask is inverted"),
+    (
+        "check_masked_attention",
+        lambda q, k, v, m: scores(q, k).softmax(-1).masked_fill(~m, 0) @ v,
+        "you masked after the softmax",
+    ),
+    (
+        "check_masked_attention",
+        lambda q, k, v, m: scores(q, k).masked_fill(~m, 0).softmax(-1) @ v,
+        "set the blocked scores to 0",
+    ),
+    (
+        "check_masked_attention",
+        lambda q, k, v, m: (scores(q, k) + m).softmax(-1) @ v,
+        "added the boolean mask",
+    ),
+    ("check_masked_attention", lambda q, k, v, m: masked(q, k, v, m.mT), "mask is transposed"),
+    (
+        "check_masked_attention",
+        lambda q, k, v, m: masked(q * math.sqrt(q.shape[-1]), k, v, m),
+        "not scaled",
+    ),
+    ("check_masked_attention", masked_with_nan_rows, "its output is nan"),
+    (
+        "check_masked_attention",
+        lambda q, k, v, m: scores(q, k).masked_fill(~m, torch.finfo(q.dtype).min).softmax(-1) @ v,
+        "plain mean of the values",
+    ),
+    ("check_stable_softmax", naive_softmax, "Subtract the maximum along dim"),
+    ("check_stable_softmax", softmax_minus_global_max, "one maximum for the whole tensor"),
+    ("check_stable_softmax", lambda x, dim: torch.softmax(x, -1), "not dim=0"),
+    (
+        "check_patches_to_image",
+        patches_back("b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)"),
+        "(c p1 p2), channel slowest",
+    ),
+    (
+        "check_patches_to_image",
+        patches_back("b (gw gh) (p1 p2 c) -> b c (gh p1) (gw p2)"),
+        "column-major",
+    ),
+    (
+        "check_patches_to_image",
+        patches_back("b (gh gw) (p2 p1 c) -> b c (gh p1) (gw p2)"),
+        "transposed",
+    ),
+    (
+        "check_patches_to_image",
+        patches_back("b (gh gw) (p1 p2 c) -> b c (p1 gh) (p2 gw)"),
+        "interleaved",
+    ),
+    (
+        "check_patches_to_image",
+        lambda patches, p, size: patches.reshape(
+            len(patches), -1, *((size,) * 2 if isinstance(size, int) else size)
+        ),
+        "you reshaped the patches",
+    ),
     ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
     ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
     ("check_block_forward", no_attention_residual, "attention branch has no residual"),

@@ -5,7 +5,11 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from vit_tutorial.exercises import check_image_to_patches, check_patch_embedding
+from vit_tutorial.exercises import (
+    check_image_to_patches,
+    check_patch_embedding,
+    check_patches_to_image,
+)
 from vit_tutorial.patches import PatchEmbedding, image_to_patches, pair, patches_to_image
 
 from checker_messages import wrapped
@@ -234,6 +238,53 @@ def test_check_patch_embedding_explains_the_layout_mistake():
         check_patch_embedding(lambda conv: conv.weight.flatten(1))
     with pytest.raises(AssertionError, match=wrapped(r"shape \(8, 48\)")):
         check_patch_embedding(lambda conv: conv.weight)
+
+
+def unfold_back(patches, patch_size, image_size):
+    """A learner's inverse through torch.nn.functional.fold, the inverse of unfold."""
+    (p1, p2), size = pair(patch_size), pair(image_size)
+    columns = rearrange(patches, "b n (p1 p2 c) -> b (c p1 p2) n", p1=p1, p2=p2)
+    return nn.functional.fold(columns, size, kernel_size=(p1, p2), stride=(p1, p2))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [patches_to_image, unfold_back, lambda p, ps, size: patches_to_image(p.double(), ps, size)],
+    ids=["the package", "fold", "float64"],
+)
+def test_check_patches_to_image_accepts_correct_answers(answer, capsys):
+    check_patches_to_image(answer)
+    assert capsys.readouterr().out.startswith("Correct! check_patches_to_image")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)", r"\(c p1 p2\), channel slowest"),
+        ("b (gw gh) (p1 p2 c) -> b c (gh p1) (gw p2)", "column-major"),
+        ("b (gh gw) (p2 p1 c) -> b c (gh p1) (gw p2)", "transposed"),
+        ("b (gh gw) (p1 p2 c) -> b c (p1 gh) (p2 gw)", "interleaved"),
+    ],
+)
+def test_check_patches_to_image_explains_each_mistake(pattern, message):
+    def wrong(patches, patch_size, image_size):
+        (p1, p2), (H, _) = pair(patch_size), pair(image_size)
+        return rearrange(patches, pattern, gh=H // p1, p1=p1, p2=p2)
+
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_patches_to_image(wrong)
+
+
+def test_check_patches_to_image_other_mistakes():
+    def reshaped(patches, patch_size, image_size):
+        return patches.reshape(len(patches), -1, *pair(image_size))
+
+    with pytest.raises(AssertionError, match=wrapped("you reshaped the patches")):
+        check_patches_to_image(reshaped)
+    with pytest.raises(AssertionError, match=wrapped(r"shape \(2, 3, 8, 12\).*got \(2, 6, 48\)")):
+        check_patches_to_image(lambda patches, patch_size, image_size: patches)
+    with pytest.raises(AssertionError, match=wrapped("the images hold the wrong numbers")):
+        check_patches_to_image(lambda p, ps, size: patches_to_image(p, ps, size) + 1)
 
 
 def test_patch_grid_is_the_one_geometry_check():

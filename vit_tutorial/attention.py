@@ -5,14 +5,14 @@ Two paths compute the same function:
 * the **teaching path**, :func:`scaled_dot_product_attention`, writes out
   ``softmax(Q Kᵀ / √d) V`` and returns the attention weights;
 * the **fast path**, :func:`torch.nn.functional.scaled_dot_product_attention`,
-  is fused and never materialises the ``N × N`` matrix when it can avoid it.
+  is fused and never materialises the ``T × T`` matrix when it can avoid it.
 
 :class:`MultiHeadSelfAttention` takes the fast path in ``forward`` and the teaching path
 in ``forward_with_weights``, which also returns the weights. Where the fast path is
 defined the two agree, also for a query that may attend to nothing (its output is zero)
 and for float16 scores that would overflow before the ``1/√d`` scale (the scale is
-applied to the queries first). Shapes: B batch, N tokens, D model width, h heads,
-d head width.
+applied to the queries first). Shapes: B batch, T tokens (the queries), M keys (M = T in
+self-attention), D model width, h heads, d head width.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
 
     Raises:
         TypeError: ``mask`` is not a tensor, or neither boolean nor floating point.
-        ValueError: ``mask`` does not broadcast to ``scores_shape`` ``(..., N, M)``.
+        ValueError: ``mask`` does not broadcast to ``scores_shape`` ``(..., T, M)``.
     """
     if mask is None:
         return
@@ -64,13 +64,13 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
     not the ``NaN`` of a softmax over nothing.
 
     Args:
-        q: queries, shape ``(..., N, d)``.
+        q: queries, shape ``(..., T, d)``.
         k: keys, shape ``(..., M, d)``.
-        mask: optional, broadcastable to ``(..., N, M)``. Boolean: ``True`` means
+        mask: optional, broadcastable to ``(..., T, M)``. Boolean: ``True`` means
             "may attend". Floating point: added to the scores (``-inf`` blocks).
 
     Returns:
-        Weights of shape ``(..., N, M)``; each row sums to 1 (or to 0 when fully masked).
+        Weights of shape ``(..., T, M)``; each row sums to 1 (or to 0 when fully masked).
 
     Example:
         >>> q = k = torch.eye(2)
@@ -82,7 +82,7 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
             f"queries and keys need the same head width d, got q "
             f"{tuple(q.shape)} and k {tuple(k.shape)}"
         )
-    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., N, M)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., T, M)
     check_mask(mask, scores.shape)
     if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -90,7 +90,7 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
         scores = scores + mask.to(scores.dtype)
     weights = scores.softmax(dim=-1)
     if mask is not None:  # a row masked everywhere is a softmax over nothing: NaN, made 0
-        blocked = scores.isneginf().all(dim=-1, keepdim=True)  # (..., N, 1)
+        blocked = scores.isneginf().all(dim=-1, keepdim=True)  # (..., T, 1)
         if blocked.any():
             weights = weights.masked_fill(blocked, 0.0)
     return weights
@@ -102,15 +102,15 @@ def scaled_dot_product_attention(
     """The explicit attention of Vaswani et al.: ``softmax(Q Kᵀ / √d + M) V``.
 
     Args:
-        q: queries, shape ``(..., N, d)``.
+        q: queries, shape ``(..., T, d)``.
         k: keys, shape ``(..., M, d)``.
         v: values, shape ``(..., M, d_v)``.
         mask: optional boolean (``True`` = attend) or additive float mask,
-            broadcastable to ``(..., N, M)``.
+            broadcastable to ``(..., T, M)``.
 
     Returns:
-        ``(out, weights)`` with ``out`` of shape ``(..., N, d_v)`` and
-        ``weights`` of shape ``(..., N, M)``.
+        ``(out, weights)`` with ``out`` of shape ``(..., T, d_v)`` and
+        ``weights`` of shape ``(..., T, M)``.
 
     Example:
         >>> q = k = v = torch.ones(1, 3, 4)
@@ -123,7 +123,7 @@ def scaled_dot_product_attention(
             f"keys and values need the same number of tokens, got k "
             f"{tuple(k.shape)} and v {tuple(v.shape)}"
         )
-    weights = attention_weights(q, k, mask)  # (..., N, M)
+    weights = attention_weights(q, k, mask)  # (..., T, M)
     return weights @ v, weights
 
 
@@ -183,7 +183,7 @@ class MultiHeadSelfAttention(nn.Module):
     def _heads(
         self, x: Tensor, attn_bias: Tensor | None, rope: Callable[[Tensor], Tensor] | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values ``(B, h, N, d)`` of tokens ``x`` ``(B, N, D)``."""
+        """Queries, keys and values ``(B, h, T, d)`` of tokens ``x`` ``(B, T, D)``."""
         if not isinstance(x, Tensor):
             raise TypeError(f"expected a tensor of tokens (B, N, D), got {type(x).__name__}")
         if x.dim() != 3:
@@ -197,13 +197,13 @@ class MultiHeadSelfAttention(nn.Module):
         N = x.shape[1]
         check_mask(attn_bias, (x.shape[0], self.num_heads, N, N))
         qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
-        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
+        q, k, v = qkv.unbind(0)  # each (B, h, T, d)
         if rope is not None:
             q, k = rope(q), rope(k)
         return q, k, v
 
     def _merge(self, out: Tensor) -> Tensor:
-        """Merge the heads ``(B, h, N, d) -> (B, N, D)`` and project."""
+        """Merge the heads ``(B, h, T, d) -> (B, T, D)`` and project."""
         return self.proj_dropout(self.proj(rearrange(out, "b h n d -> b n (h d)")))
 
     def forward(
@@ -212,14 +212,14 @@ class MultiHeadSelfAttention(nn.Module):
         attn_bias: Tensor | None = None,
         rope: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """Attend: tokens ``(B, N, D)`` in, tokens ``(B, N, D)`` out.
+        """Attend: tokens ``(B, T, D)`` in, tokens ``(B, T, D)`` out.
 
         Args:
-            x: tokens, shape ``(B, N, D)``.
+            x: tokens, shape ``(B, T, D)``.
             attn_bias: additive float bias (or boolean mask, ``True`` = attend)
-                broadcastable to ``(B, h, N, N)``, e.g. a relative position bias.
+                broadcastable to ``(B, h, T, T)``, e.g. a relative position bias.
             rope: optional rotary position embedding, a function applied to the
-                queries and keys of shape ``(B, h, N, d)`` after the head split.
+                queries and keys of shape ``(B, h, T, d)`` after the head split.
         """
         if not self.fused:
             return self.forward_with_weights(x, attn_bias, rope)[0]
@@ -229,7 +229,7 @@ class MultiHeadSelfAttention(nn.Module):
         dropout_p = self.attn_dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_bias, dropout_p=dropout_p
-        )  # (B, h, N, d)
+        )  # (B, h, T, d)
         return self._merge(out)
 
     def forward_with_weights(
@@ -238,10 +238,10 @@ class MultiHeadSelfAttention(nn.Module):
         attn_bias: Tensor | None = None,
         rope: Callable[[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """The explicit path: the output ``(B, N, D)`` and the weights ``(B, h, N, N)``.
+        """The explicit path: the output ``(B, T, D)`` and the weights ``(B, h, T, T)``.
 
         Takes the same arguments as :meth:`forward` and returns the same output.
         """
         q, k, v = self._heads(x, attn_bias, rope)
-        weights = attention_weights(q, k, attn_bias)  # (B, h, N, N)
+        weights = attention_weights(q, k, attn_bias)  # (B, h, T, T)
         return self._merge(self.attn_dropout(weights) @ v), weights

@@ -20,7 +20,8 @@ Conventions, the same as timm and lucidrains' vit-pytorch:
   come first).
 
 Shapes use named axes: B batch, C channels, H×W pixels, P patch size, Gh×Gw patch grid,
-N = Gh·Gw tokens, D model width.
+N = Gh·Gw patches (one token each; the encoder's sequence has T = N + 1 tokens once a class
+token is prepended), D model width.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class _Stem(nn.Module):
         raise NotImplementedError
 
     def forward(self, images: Tensor) -> Tensor:
-        """Embed images of shape ``(B, C, H, W)`` as tokens of shape ``(B, N, D)``.
+        """Embed images of shape ``(B, C, H, W)`` as patch tokens of shape ``(B, N, D)``.
 
         Floating-point images of another dtype than the weights (float64, say) are cast
         to the weights' dtype; integer, boolean and non-tensor images raise ``TypeError``.
@@ -217,7 +218,7 @@ class _Stem(nn.Module):
             )
         self.grid_size_for((H, W))  # non-divisible sizes always raise
         x = self.embed(images.to(self.proj.weight.dtype))  # (B, D, Gh, Gw)
-        return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major tokens: (B, N, D)
+        return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major patch tokens: (B, N, D)
 
 
 class PatchEmbedding(_Stem):

@@ -1,4 +1,4 @@
-"""Checker for chapter 1: multi-head scaled dot-product attention."""
+"""Checkers for chapter 1: multi-head attention, masked attention and a stable softmax."""
 
 from __future__ import annotations
 
@@ -12,24 +12,24 @@ from torch import Tensor
 from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.exercises._common import call_safely, checker, close, passed
 
-__all__ = ["check_attention"]
+__all__ = ["check_attention", "check_masked_attention", "check_stable_softmax"]
 
 
 def _multi_head(
     q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float | None, softmax_dim: int = -1
 ) -> Tensor:
-    """Split (B, N, D) into heads, attend with ``scale`` (None = 1/sqrt(d)), merge."""
-    q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=num_heads) for t in (q, k, v))
+    """Split (B, T, D) into heads, attend with ``scale`` (None = 1/sqrt(d)), merge."""
+    q, k, v = (rearrange(t, "b t (h d) -> b h t d", h=num_heads) for t in (q, k, v))
     if scale is None and softmax_dim == -1:
         out, _ = scaled_dot_product_attention(q, k, v)
     else:
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
         out = (q @ k.transpose(-2, -1) * scale).softmax(dim=softmax_dim) @ v
-    return rearrange(out, "b h n d -> b n (h d)")
+    return rearrange(out, "b h t d -> b t (h d)")
 
 
 def _mistakes(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes on ``(B, N, D)`` inputs, each with its explanation."""
+    """Outputs of the usual mistakes on ``(B, T, D)`` inputs, each with its explanation."""
     D, h = q.shape[-1], num_heads
     d = D // h
     return [
@@ -58,11 +58,11 @@ def _mistakes(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[Ten
 
 @checker
 def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
-    """Grade a learner's ``fn(q, k, v, num_heads) -> out`` on ``(B, N, D)`` tensors.
+    """Grade a learner's ``fn(q, k, v, num_heads) -> out`` on ``(B, T, D)`` tensors.
 
     The function must split the width D into ``num_heads`` heads of width
     ``d = D // num_heads``, apply ``softmax(Q Kᵀ / √d) V`` in each head, and merge the
-    heads back to ``(B, N, D)``.
+    heads back to ``(B, T, D)``.
 
     Raises:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
@@ -72,18 +72,18 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
         >>> check_attention(lambda q, k, v, h: _multi_head(q, k, v, h, scale=None))
         Correct! check_attention: matches the reference on 4 cases (1 to 8 heads).
     """
-    cases = [(2, 5, 8, 1), (2, 7, 16, 4), (1, 9, 32, 8), (3, 4, 12, 3)]  # (B, N, D, h)
+    cases = [(2, 5, 8, 1), (2, 7, 16, 4), (1, 9, 32, 8), (3, 4, 12, 3)]  # (B, T, D, h)
     generator = torch.Generator().manual_seed(0)
-    for B, N, D, h in cases:
-        q, k, v = (3 * torch.randn(B, N, D, generator=generator) for _ in range(3))
-        case = f"case B={B}, N={N}, D={D}, num_heads={h}"
+    for B, T, D, h in cases:
+        q, k, v = (3 * torch.randn(B, T, D, generator=generator) for _ in range(3))
+        case = f"case B={B}, T={T}, D={D}, num_heads={h}"
         got = call_safely(fn, (q.clone(), k.clone(), v.clone(), h), case)
         if not isinstance(got, Tensor):
             raise AssertionError(f"fn must return a tensor, got {type(got).__name__}")
-        if got.shape != (B, N, D):
+        if got.shape != (B, T, D):
             raise AssertionError(
-                f"with q, k, v of shape {(B, N, D)} and num_heads={h}, the output must have "
-                f"shape {(B, N, D)}, got {tuple(got.shape)}; did you merge the heads back?"
+                f"with q, k, v of shape {(B, T, D)} and num_heads={h}, the output must have "
+                f"shape {(B, T, D)}, got {tuple(got.shape)}; did you merge the heads back?"
             )
         want = _multi_head(q, k, v, h, scale=None)
         if close(got, want):
@@ -94,6 +94,247 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
         diff = (got - want).abs().max().item()
         raise AssertionError(
             f"{case}: output differs from softmax(Q Kᵀ / √d) V "
-            f"by up to {diff:.3g}; check the head split 'b n (h d) -> b h n d' and the merge"
+            f"by up to {diff:.3g}; check the head split 'b t (h d) -> b h t d' and the merge"
         )
     passed("check_attention", f"matches the reference on {len(cases)} cases (1 to 8 heads).")
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: attention with a boolean mask
+
+
+def _random_mask(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+    """A boolean mask ``(..., T, T)``: every query sees itself and misses at least one key.
+
+    So the mask, its transpose and its inverse all leave every query at least one key, and
+    each mistake below has a well-defined output to compare with.
+    """
+    mask = torch.rand(shape, generator=generator) > 0.5
+    T = shape[-1]
+    eye = torch.eye(T, dtype=torch.bool)
+    mask = mask | eye
+    full = mask.all(dim=-1)  # (..., T): queries that see every key
+    other = (torch.arange(T) + 1) % T  # for query i, block key i + 1
+    blocked = full.unsqueeze(-1) & (torch.arange(T) == other.unsqueeze(-1))  # (..., T, T)
+    return mask & ~blocked
+
+
+def _masked_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[tuple[Tensor, str]]:
+    """Outputs of the usual mistakes of masked attention, each with its explanation."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, T, T)
+    return [
+        (
+            scaled_dot_product_attention(q, k, v, ~mask)[0],
+            "the mask is inverted: True means 'may attend' (as in PyTorch's "
+            "F.scaled_dot_product_attention), so fill the scores with -inf where the mask "
+            "is False (~mask)",
+        ),
+        (
+            scores.softmax(-1).masked_fill(~mask, 0.0) @ v,
+            "you masked after the softmax: zeroing the blocked weights leaves each query's "
+            "weights summing to less than 1. Block the scores before the softmax, with -inf, "
+            "so that the softmax shares the whole weight among the allowed keys",
+        ),
+        (
+            scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
+            "you set the blocked scores to 0: exp(0) = 1, so a blocked key still gets as much "
+            "weight as a key of score 0. Fill them with float('-inf') (exp(-inf) = 0)",
+        ),
+        (
+            (scores + mask.to(scores.dtype)).softmax(-1) @ v,
+            "you added the boolean mask to the scores as numbers (0 or 1): that nudges the "
+            "allowed keys but blocks nothing; fill the blocked scores with -inf",
+        ),
+        (
+            scaled_dot_product_attention(q, k, v, mask.transpose(-2, -1))[0],
+            "the mask is transposed: mask[..., i, j] says whether query i (a row) may attend "
+            "to key j (a column)",
+        ),
+        (
+            (scores * math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")).softmax(-1) @ v,
+            f"the scores are not scaled: divide Q Kᵀ by √d = √{q.shape[-1]} before masking",
+        ),
+    ]
+
+
+def _check_output(got: object, shape: tuple[int, ...], case: str) -> Tensor:
+    """``got`` if it is a tensor of ``shape``; otherwise an AssertionError naming ``case``."""
+    if not isinstance(got, Tensor):
+        raise AssertionError(f"{case}: fn must return a tensor, got {type(got).__name__}")
+    if got.shape != shape:
+        raise AssertionError(f"{case}: the output must have shape {shape}, got {tuple(got.shape)}")
+    return got
+
+
+def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
+    """The rule for a query that may attend to no key: zero weights, so an output of 0."""
+    q, k, v = (torch.randn(2, 5, 8, generator=generator) for _ in range(3))
+    mask = _random_mask((5, 5), generator)
+    mask[1] = False  # query 1 may attend to no key
+    case = "case B=2, T=5, d=8, query 1 may attend to no key"
+    args = (q.clone(), k.clone(), v.clone(), mask.clone())
+    got = _check_output(call_safely(fn, args, case), (2, 5, 8), case)
+    want = scaled_dot_product_attention(q, k, v, mask)[0]  # row 1 is 0
+    if close(got, want):
+        return
+    rule = (
+        "this book's rule (the package's, and PyTorch's fused kernel's) is that such a "
+        "query gets zero weights, so its output is 0: e.g. turn its nan weights into 0 "
+        "with torch.nan_to_num before multiplying by V"
+    )
+    if close(torch.cat([got[:, :1], got[:, 2:]], 1), torch.cat([want[:, :1], want[:, 2:]], 1)):
+        row = got[:, 1].double()
+        if row.isnan().any():
+            raise AssertionError(
+                f"{case}: its output is nan, the softmax of a row of -inf (0/0); {rule}."
+            )
+        if close(row, v.mean(dim=1)):
+            raise AssertionError(
+                f"{case}: its output is the plain mean of the values, because every blocked "
+                f"score got the same finite value (a large negative number such as "
+                f"torch.finfo(dtype).min), and a softmax of equal scores is uniform; {rule}."
+            )
+        raise AssertionError(f"{case}: its output should be 0; {rule}.")
+    raise AssertionError(
+        f"{case}: the output differs from the reference, also for the "
+        f"queries that do see keys; {rule}."
+    )
+
+
+@checker
+def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> None:
+    """Grade ``fn(q, k, v, mask) -> out``: one head of attention with a boolean mask.
+
+    ``q``, ``k``, ``v`` have shape ``(B, T, d)``; ``mask`` is boolean, of shape ``(T, T)``
+    or ``(B, T, T)``, and ``mask[..., i, j]`` is True where query i may attend to key j
+    (the convention of :func:`vit_tutorial.attention.scaled_dot_product_attention` and of
+    PyTorch's). A query that may attend to no key gets zero weights: its output is 0.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_masked_attention(lambda q, k, v, mask: scaled_dot_product_attention(
+        ...     q, k, v, mask)[0])
+        Correct! check_masked_attention: matches the reference on 4 cases, a query that sees no key included.
+    """
+    cases = [(2, 5, 8, (5, 5)), (3, 7, 4, (3, 7, 7)), (1, 6, 16, (6, 6))]  # B, T, d, mask
+    generator = torch.Generator().manual_seed(0)
+    for B, T, d, mask_shape in cases:
+        q, k, v = (2 * torch.randn(B, T, d, generator=generator) for _ in range(3))
+        mask = _random_mask(mask_shape, generator)
+        case = f"case B={B}, T={T}, d={d}, mask of shape {mask_shape}"
+        args = (q.clone(), k.clone(), v.clone(), mask.clone())
+        got = _check_output(call_safely(fn, args, case), (B, T, d), case)
+        want = scaled_dot_product_attention(q, k, v, mask)[0]
+        if close(got, want):
+            continue
+        for wrong, explanation in _masked_mistakes(q, k, v, mask):
+            if close(got, wrong):
+                raise AssertionError(f"{case}: {explanation}.")
+        if not torch.isfinite(got).all():
+            raise AssertionError(
+                f"{case}: the output has nan or inf, yet every query here may attend to at "
+                f"least one key; block with -inf only where the mask is False"
+            )
+        raise AssertionError(
+            f"{case}: output differs from softmax(Q Kᵀ / √d, blocked scores at -inf) V by up "
+            f"to {(got - want).abs().max().item():.3g}"
+        )
+    _check_fully_masked_row(fn, generator)
+    passed(
+        "check_masked_attention",
+        f"matches the reference on {len(cases) + 1} cases, a query that sees no key included.",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: a numerically stable softmax
+
+# Float32 rounding of scores near 1000 (an ulp is 6e-5) reaches 1e-4 in a correct answer
+# (one through logsumexp, say); a float16 output rounds by up to 2.4e-4.
+_SOFTMAX_ATOL = 5e-4
+
+
+def _softmax_cases(generator: torch.Generator) -> list[tuple[str, Tensor, int]]:
+    """``(what, x, dim)``: ordinary scores first, then the ones a naive softmax fails on."""
+    mixed = torch.randn(6, 2, generator=generator)
+    mixed[:, 0] += 500  # one column near +500, the other near -500
+    mixed[:, 1] -= 500
+    masked = torch.randn(4, 6, generator=generator)
+    masked[torch.tensor([0, 0, 2, 3]), torch.tensor([1, 4, 0, 5])] = float("-inf")
+    return [
+        ("small scores (4, 6), dim=-1", torch.randn(4, 6, generator=generator), -1),
+        ("scores (3, 4, 5), dim=0", 2 * torch.randn(3, 4, 5, generator=generator), 0),
+        ("scores (2, 5, 3), dim=1", 2 * torch.randn(2, 5, 3, generator=generator), 1),
+        ("large scores, near +1000, dim=-1", 1000 + 3 * torch.randn(3, 8, generator=generator), -1),
+        (
+            "very negative scores, near -1000, dim=-1",
+            3 * torch.randn(3, 8, generator=generator) - 1000,
+            -1,
+        ),
+        ("columns near +500 and -500, dim=0", mixed, 0),
+        ("scores with some -inf (masked keys), dim=-1", masked, -1),
+    ]
+
+
+def _softmax_mistake(x: Tensor, dim: int, got: Tensor) -> str | None:
+    """The explanation of a wrong ``got = softmax(x, dim)``, or None if none fits."""
+    for other in range(x.dim()):
+        if other != dim % x.dim() and close(got, x.double().softmax(other), _SOFTMAX_ATOL):
+            return (
+                f"you normalised along dim={other}, not dim={dim}: the slices along dim "
+                f"must sum to 1"
+            )
+    if torch.isfinite(got).all():
+        return None
+    shifted = (x.double() - x.double().max()).exp()  # one max for the whole tensor
+    if torch.allclose(got.double(), shifted / shifted.sum(dim, keepdim=True), equal_nan=True):
+        return (
+            "you subtracted one maximum for the whole tensor: in a slice far below it "
+            "every exp underflows to 0, and 0/0 = nan. Subtract the maximum of each "
+            "slice along dim, x.max(dim, keepdim=True).values"
+        )
+    return (
+        "your output has nan or inf: exp overflows for scores above about 88 in float32 "
+        "(709 in float64), and underflows to 0 for very negative ones, so exp(x) / sum "
+        "gives inf/inf or 0/0. Subtract the maximum along dim first: softmax(x) = "
+        "softmax(x - max), and then the largest exp is exp(0) = 1"
+    )
+
+
+@checker
+def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
+    """Grade ``fn(x, dim) -> softmax(x, dim)``, which must not overflow on large scores.
+
+    ``x`` is a float32 tensor of any shape, and the slices of the output along ``dim``
+    must sum to 1. Scores near +1000 or -1000, slices at very different levels and
+    ``-inf`` entries (at least one finite entry per slice) must all give the softmax.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_stable_softmax(torch.softmax)
+        Correct! check_stable_softmax: matches torch.softmax on 7 cases, scores near ±1000 and -inf included.
+    """
+    generator = torch.Generator().manual_seed(0)
+    cases = _softmax_cases(generator)
+    for what, x, dim in cases:
+        case = f"case {what}"
+        got = _check_output(call_safely(fn, (x.clone(), dim), case), tuple(x.shape), case)
+        want = x.double().softmax(dim)
+        if close(got, want, _SOFTMAX_ATOL):
+            continue
+        explanation = _softmax_mistake(x, dim, got)
+        if explanation is None:
+            diff = (got.double() - want).abs().max().item()
+            explanation = (
+                f"the output differs from the softmax by up to {diff:.3g}; compute "
+                f"exp(x - max) / sum, both the max and the sum along dim with keepdim=True"
+            )
+        raise AssertionError(f"{case}: {explanation}.")
+    passed(
+        "check_stable_softmax",
+        f"matches torch.softmax on {len(cases)} cases, scores near ±1000 and -inf included.",
+    )

@@ -1,4 +1,4 @@
-"""Checkers for chapter 2: cutting an image into patches, and the conv as a linear map."""
+"""Checkers for chapter 2: cutting an image into patches and back, and the conv as a linear map."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from vit_tutorial.exercises._common import call_safely, checker, close, passed
 from vit_tutorial.patches import image_to_patches, pair
 
-__all__ = ["check_image_to_patches", "check_patch_embedding"]
+__all__ = ["check_image_to_patches", "check_patch_embedding", "check_patches_to_image"]
 
 _WRONG_PATCH_ORDERS = [
     (
@@ -137,4 +137,98 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
     passed(
         "check_patch_embedding",
         f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.",
+    )
+
+
+_WRONG_IMAGE_ORDERS = [
+    (
+        "b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)",
+        "you read each patch as (c p1 p2), channel slowest, but image_to_patches flattens it "
+        "as (p1 p2 c), channel fastest: R, G, B of a pixel are neighbours in the vector",
+    ),
+    (
+        "b (gw gh) (p1 p2 c) -> b c (gh p1) (gw p2)",
+        "you laid the patches out column-major (down the first column, then the next); "
+        "patch n belongs in grid row n // Gw and column n % Gw: write '(gh gw)'",
+    ),
+    (
+        "b (gh gw) (p2 p1 c) -> b c (gh p1) (gw p2)",
+        "each patch comes back transposed: its vector holds pixel rows first, '(p1 p2 c)', "
+        "not '(p2 p1 c)'",
+    ),
+    (
+        "b (gh gw) (p1 p2 c) -> b c (p1 gh) (p2 gw)",
+        "you interleaved the patches (grid index inside, pixel index outside): each patch "
+        "is a contiguous block, so write the height as '(gh p1)' and the width as '(gw p2)'",
+    ),
+]
+
+
+def _images_mistake(patches: Tensor, got: Tensor, sizes: tuple, shape: tuple) -> str | None:
+    """The explanation of a wrong ``got``, rebuilt from ``patches``, or None."""
+    (ph, pw), (H, W) = sizes
+    gh, gw = H // ph, W // pw
+    for pattern, explanation in _WRONG_IMAGE_ORDERS:
+        if close(got, rearrange(patches, pattern, gh=gh, gw=gw, p1=ph, p2=pw), atol=0.0):
+            return explanation
+    if close(got, patches.reshape(shape), atol=0.0):
+        return (
+            "you reshaped the patches to (B, C, H, W): a reshape keeps the order of the "
+            "numbers in memory, patch after patch, so it does not put a patch back as a "
+            "block. Rearrange 'b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)'"
+        )
+    return None
+
+
+@checker
+def check_patches_to_image(
+    fn: Callable[[Tensor, int | tuple[int, int], int | tuple[int, int]], Tensor],
+) -> None:
+    """Grade ``fn(patches, patch_size, image_size) -> images``, the inverse of cutting.
+
+    ``patches`` has shape ``(B, N, P_h·P_w·C)`` in the layout of
+    :func:`vit_tutorial.patches.image_to_patches` (row-major grid, ``(p1 p2 c)`` inside);
+    the answer must be the images ``(B, C, H, W)`` they were cut from, for square and
+    non-square images and patches, ``patch_size`` and ``image_size`` given as an int or
+    an ``(height, width)`` pair.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> from vit_tutorial.patches import patches_to_image
+        >>> check_patches_to_image(patches_to_image)
+        Correct! check_patches_to_image: gives the images back exactly on 4 cases (square and non-square).
+    """
+    cases = [  # (images shape, patch_size, image_size)
+        ((2, 3, 8, 12), 4, (8, 12)),
+        ((1, 3, 12, 16), (4, 8), (12, 16)),
+        ((2, 1, 6, 6), 3, 6),
+        ((1, 2, 4, 10), (2, 5), (4, 10)),
+    ]
+    generator = torch.Generator().manual_seed(0)
+    for shape, patch_size, image_size in cases:
+        images = torch.randn(shape, generator=generator)
+        patches = image_to_patches(images, patch_size)  # (B, N, P_h·P_w·C)
+        case = (
+            f"patches of shape {tuple(patches.shape)}, patch size {patch_size}, "
+            f"image size {image_size}"
+        )
+        got = call_safely(fn, (patches.clone(), patch_size, image_size), case)
+        if not isinstance(got, Tensor) or got.shape != images.shape:
+            got_shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise AssertionError(
+                f"{case}: the images must have shape {shape} (B, C, H, W), got {got_shape}"
+            )
+        if close(got, images, atol=0.0):
+            continue
+        sizes = (pair(patch_size), pair(image_size))
+        explanation = _images_mistake(patches, got, sizes, shape) or (
+            "the images hold the wrong numbers; undo image_to_patches with "
+            "'b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)'"
+        )
+        raise AssertionError(f"{case}: {explanation}.")
+    passed(
+        "check_patches_to_image",
+        f"gives the images back exactly on {len(cases)} cases (square and non-square).",
     )
