@@ -14,7 +14,7 @@ from vit_tutorial.axial import AxialAttention, attention_flops
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.patches import image_to_patches
-from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
+from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -37,6 +37,14 @@ def conv_to_linear(conv):
 
 def relative_index(grid_size):
     return RelativePositionBias(grid_size, num_heads=1).index
+
+
+def resize_table(table, old_grid, new_grid):
+    return resize_pos_embed(table[None], old_grid, new_grid, num_prefix_tokens=0)[0]
+
+
+def layer_norm(x, weight, bias, eps):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
 def param_count(config):
@@ -77,8 +85,10 @@ REFERENCES = {
     "check_patch_embedding": conv_to_linear,
     "check_sinusoidal_2d": sinusoidal_2d,
     "check_relative_position_index": relative_index,
+    "check_resize_table": resize_table,
     "check_drop_path": drop_path,
     "check_block_forward": lambda block, x: block(x),
+    "check_layer_norm": layer_norm,
     "check_param_count": param_count,
     "check_predict": top_k,
     "check_lr_schedule": lr_at,
@@ -126,8 +136,10 @@ FLOAT64 = {
     "check_image_to_patches": lambda images, p: image_to_patches(images.double(), p),
     "check_patch_embedding": lambda conv: conv_to_linear(conv).double(),
     "check_sinusoidal_2d": sincos_float64,
+    "check_resize_table": lambda table, old, new: resize_table(table.double(), old, new),
     "check_drop_path": lambda x, p, training: drop_path(x.double(), p, training),
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
+    "check_layer_norm": lambda x, w, b, eps: layer_norm(x.double(), w.double(), b.double(), eps),
     "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
 }
@@ -219,6 +231,35 @@ def count_without(term):
     return count
 
 
+def reshaped_not_permuted(table, old_grid, new_grid):
+    image = table.reshape(1, table.shape[1], *old_grid)  # mixes channels and patches
+    resized = torch.nn.functional.interpolate(image, new_grid, mode="bicubic", antialias=True)
+    return rearrange(resized, "1 d gh gw -> (gh gw) d")
+
+
+def resized_with(**options):
+    def resize(table, old_grid, new_grid):
+        image = rearrange(table, "(gh gw) d -> 1 d gh gw", gh=old_grid[0])
+        resized = torch.nn.functional.interpolate(image, new_grid, mode="bicubic", **options)
+        return rearrange(resized, "1 d gh gw -> (gh gw) d")
+
+    return resize
+
+
+def layer_norm_by(var, eps_outside=False, dims=-1):
+    def norm(x, weight, bias, eps):
+        centred = x - x.mean(dims, keepdim=True)
+        if eps_outside:
+            return weight * centred / (var(x, dims).sqrt() + eps) + bias
+        return weight * centred / (var(x, dims) + eps).sqrt() + bias
+
+    return norm
+
+
+def biased(x, dims):
+    return x.var(dims, unbiased=False, keepdim=True)
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -228,6 +269,21 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_attention", attention_times_sqrt_d, "multiplied"),
     ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
     ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
+    ("check_resize_table", reshaped_not_permuted, "a reshape is not a transpose"),
+    (
+        "check_resize_table",
+        lambda table, old_grid, new_grid: resize_table(table, old_grid[::-1], new_grid),
+        "the grid is taken as (Gw, Gh)",
+    ),
+    ("check_resize_table", resized_with(antialias=True, align_corners=True), "align_corners=True"),
+    ("check_resize_table", resized_with(antialias=False), "antialias is off"),
+    (
+        "check_layer_norm",
+        layer_norm_by(lambda x, dims: x.var(dims, keepdim=True)),
+        "divides by (D - 1)",
+    ),
+    ("check_layer_norm", layer_norm_by(biased, eps_outside=True), "eps is added outside"),
+    ("check_layer_norm", layer_norm_by(biased, dims=-2), "taken over the tokens (axis -2)"),
     ("check_block_forward", no_attention_residual, "attention branch has no residual"),
     ("check_block_forward", no_mlp_residual, "MLP branch has no residual"),
     ("check_lr_schedule", warmup_one_step_early, "one step early"),

@@ -6,9 +6,13 @@ with an explanation when it is wrong, and prints a confirmation when it is right
 
 from vit_tutorial.exercises.attention import check_attention
 from vit_tutorial.exercises.axial import check_axial_attention, check_axial_scores
-from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path
+from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path, check_layer_norm
 from vit_tutorial.exercises.patches import check_image_to_patches, check_patch_embedding
-from vit_tutorial.exercises.positional import check_relative_position_index, check_sinusoidal_2d
+from vit_tutorial.exercises.positional import (
+    check_relative_position_index,
+    check_resize_table,
+    check_sinusoidal_2d,
+)
 from vit_tutorial.exercises.training import check_lr_schedule, check_param_groups
 from vit_tutorial.exercises.vit import check_param_count, check_predict
 
@@ -20,9 +24,11 @@ __all__ = [
     # positional
     "check_relative_position_index",
     "check_sinusoidal_2d",
+    "check_resize_table",
     # encoder
     "check_block_forward",
     "check_drop_path",
+    "check_layer_norm",
     # vit
     "check_param_count",
     "check_predict",
