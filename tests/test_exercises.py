@@ -231,6 +231,14 @@ def count_without(term):
     return count
 
 
+def square_only(grid_size, dim):
+    """Right on a square grid only: row and column read with Gh where Gw belongs."""
+    gh, gw = grid_size
+    n = torch.arange(gh * gw)
+    codes = sinusoidal_2d((gw, gh), dim).reshape(gw, gh, dim)
+    return codes[n // gh, n % gh]
+
+
 def reshaped_not_permuted(table, old_grid, new_grid):
     image = table.reshape(1, table.shape[1], *old_grid)  # mixes channels and patches
     resized = torch.nn.functional.interpolate(image, new_grid, mode="bicubic", antialias=True)
@@ -269,6 +277,7 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_attention", attention_times_sqrt_d, "multiplied"),
     ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
     ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
+    ("check_sinusoidal_2d", square_only, "indexed with Gh where Gw belongs"),
     ("check_resize_table", reshaped_not_permuted, "a reshape is not a transpose"),
     (
         "check_resize_table",

@@ -418,6 +418,18 @@ def columns_only(grid, dim):
     return sinusoidal_1d(gw, dim).repeat(gh, 1)
 
 
+def repeats_swapped(grid, dim):
+    gh, gw = grid
+    first = sinusoidal_1d(gh, dim // 2).repeat(gw, 1)  # n % Gh: not the row
+    return torch.cat([first, sinusoidal_1d(gw, dim // 2).repeat_interleave(gh, dim=0)], 1)
+
+
+def repeats_swapped_halves_exchanged(grid, dim):
+    """Right on a square grid only."""
+    first, second = repeats_swapped(grid, dim).chunk(2, dim=1)
+    return torch.cat([second, first], dim=1)
+
+
 def crashes_on_square_grids(grid, dim):
     gh, gw = grid
     if gh == gw:
@@ -442,6 +454,8 @@ def crashes_on_square_grids(grid, dim):
             "sines of an axis come before",
         ),
         (crashes_on_square_grids, r"crashed on grid_size=\(14, 14\), dim=768.*RuntimeError"),
+        (repeats_swapped, "column is in the first half.*swapping repeat"),
+        (repeats_swapped_halves_exchanged, r"grid_size=\(3, 5\).*indexed with Gh where Gw"),
         (
             lambda grid, dim: sinusoidal_2d(grid, dim).reshape(*grid, dim),
             r"\(196, 768\).*\(14, 14, 768\)",

@@ -18,10 +18,19 @@ __all__ = ["check_relative_position_index", "check_resize_table", "check_sinusoi
 
 def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, str]]:
     """Tables of the usual mistakes, from the right table ``want``, each with its explanation."""
-    gw = grid_size[1]
+    gh, gw = grid_size
     num_patches, dim = want.shape
     half = dim // 2
     pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
+    n = torch.arange(num_patches)
+    by_gh = [sinusoidal_1d(gh, half)[n % gh], sinusoidal_1d(gw, half)[n // gh]]
+    wrong_side = (
+        "the codes are indexed with Gh where Gw belongs: patch n sits at (row, column) = "
+        "(n // Gw, n % Gw), but this table uses (n % Gh, n // Gh), the same only on a "
+        "square grid (are repeat and repeat_interleave swapped?). Repeat each row's code "
+        "Gw times in a row (repeat_interleave), and tile the Gw column codes Gh times "
+        "(repeat)"
+    )
     return [
         (
             sinusoidal_1d(num_patches, dim),
@@ -32,8 +41,9 @@ def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, st
         ),
         (
             torch.cat([want[:, half:], want[:, :half]], 1),
-            "the column is in the first half and the row in the "
-            "second; a valid code, but the package puts the row first",
+            "the column is in the first half and the row in the second (swapping repeat "
+            "and repeat_interleave gives this table on a square grid); a valid code, but "
+            "the package puts the row first",
         ),
         (
             rearrange(pairs.flip(-1), "n k two -> n (k two)"),
@@ -47,6 +57,8 @@ def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, st
             "layout); a valid code, but sinusoidal_1d interleaves them: sin "
             "on even channels and cos on odd ones",
         ),
+        (torch.cat(by_gh, 1), wrong_side),
+        (torch.cat(by_gh[::-1], 1), wrong_side),
     ]
 
 
