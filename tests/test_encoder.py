@@ -7,7 +7,7 @@ from torch import nn
 from torchvision.models.vision_transformer import EncoderBlock as TorchvisionBlock
 
 from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
-from vit_tutorial.exercises import check_block_forward, check_drop_path
+from vit_tutorial.exercises import check_block_forward, check_drop_path, check_layer_norm
 
 from checker_messages import wrapped
 
@@ -291,6 +291,59 @@ def test_check_block_forward_accepts_a_correct_solution(capsys):
 def test_check_block_forward_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_block_forward(wrong)
+
+
+def layer_norm_from(var=None, eps_outside=False, dims=-1, affine=True):
+    """A hand-written LayerNorm; the defaults make the right one."""
+    var = var or (lambda x, dims: x.var(dims, unbiased=False, keepdim=True))
+
+    def norm(x, weight, bias, eps):
+        centred = x - x.mean(dims, keepdim=True)
+        std = var(x, dims).sqrt() + eps if eps_outside else (var(x, dims) + eps).sqrt()
+        return weight * centred / std + bias if affine else centred / std
+
+    return norm
+
+
+def test_check_layer_norm_accepts_every_correct_answer(capsys):
+    check_layer_norm(layer_norm_from())
+    check_layer_norm(lambda x, w, b, eps: nn.functional.layer_norm(x, x.shape[-1:], w, b, eps))
+    check_layer_norm(lambda x, w, b, eps: layer_norm_from()(x.double(), w, b, eps))
+
+    def var_mean_rsqrt(x, weight, bias, eps):
+        var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + eps) * weight + bias
+
+    check_layer_norm(var_mean_rsqrt)
+    assert capsys.readouterr().out.count("Correct!") == 4
+
+
+def unbiased(x, dims):
+    return x.var(dims, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (layer_norm_from(var=unbiased), r"divides by \(D - 1\) = 15"),
+        (layer_norm_from(var=unbiased, eps_outside=True), "two slips"),
+        (layer_norm_from(eps_outside=True), "eps is added outside the square root"),
+        (lambda x, w, b, eps: layer_norm_from()(x, w, b, 0.0), "eps argument is not used"),
+        (lambda x, w, b, eps: layer_norm_from()(x, w, b, 1e-5), r"eps=1e-05 \(PyTorch's default\)"),
+        (lambda x, w, b, eps: layer_norm_from()(x, w, b, 1e-6), r"eps=1e-06 \(ViT's value\)"),
+        (layer_norm_from(dims=-2), r"over the tokens \(axis -2\)"),
+        (layer_norm_from(dims=(-2, -1)), "all the tokens and features"),
+        (layer_norm_from(dims=0), "batch normalisation"),
+        (layer_norm_from(affine=False), "weight and bias are not applied"),
+        (lambda x, w, b, eps: layer_norm_from()(x, b, w, eps), "weight and bias are swapped"),
+        (lambda x, w, b, eps: layer_norm_from()(x, w, b, eps)[..., 0], "input's shape"),
+        (lambda x, w, b, eps: 1.01 * layer_norm_from()(x, w, b, eps), "differs from F.layer_norm"),
+        (layer_norm_from(dims=2), r"crashed on x of shape \(6, 12\).*IndexError"),
+    ],
+)
+def test_check_layer_norm_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_layer_norm(wrong)
 
 
 def test_init_weights_is_timms_scheme():

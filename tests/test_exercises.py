@@ -14,7 +14,7 @@ from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.patches import image_to_patches, patches_to_image
-from vit_tutorial.positional import RelativePositionBias, sinusoidal_2d
+from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -41,6 +41,14 @@ def conv_to_linear(conv):
 
 def relative_index(grid_size):
     return RelativePositionBias(grid_size, num_heads=1).index
+
+
+def resize_table(table, old_grid, new_grid):
+    return resize_pos_embed(table[None], old_grid, new_grid, num_prefix_tokens=0)[0]
+
+
+def layer_norm(x, weight, bias, eps):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
 def param_count(config):
@@ -84,8 +92,10 @@ REFERENCES = {
     "check_patches_to_image": patches_to_image,
     "check_sinusoidal_2d": sinusoidal_2d,
     "check_relative_position_index": relative_index,
+    "check_resize_table": resize_table,
     "check_drop_path": drop_path,
     "check_block_forward": lambda block, x: block(x),
+    "check_layer_norm": layer_norm,
     "check_param_count": param_count,
     "check_predict": top_k,
     "check_lr_schedule": lr_at,
@@ -139,8 +149,10 @@ FLOAT64 = {
     "check_patch_embedding": lambda conv: conv_to_linear(conv).double(),
     "check_patches_to_image": lambda patches, p, size: patches_to_image(patches.double(), p, size),
     "check_sinusoidal_2d": sincos_float64,
+    "check_resize_table": lambda table, old, new: resize_table(table.double(), old, new),
     "check_drop_path": lambda x, p, training: drop_path(x.double(), p, training),
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
+    "check_layer_norm": lambda x, w, b, eps: layer_norm(x.double(), w.double(), b.double(), eps),
     "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
     "check_axial_mask": lambda grid_size, axis: axial_mask(grid_size, axis).double(),
@@ -266,6 +278,43 @@ def axial_mask_column_major(grid_size, axis):
     return line[:, None] == line[None, :]
 
 
+def square_only(grid_size, dim):
+    """Right on a square grid only: row and column read with Gh where Gw belongs."""
+    gh, gw = grid_size
+    n = torch.arange(gh * gw)
+    codes = sinusoidal_2d((gw, gh), dim).reshape(gw, gh, dim)
+    return codes[n // gh, n % gh]
+
+
+def reshaped_not_permuted(table, old_grid, new_grid):
+    image = table.reshape(1, table.shape[1], *old_grid)  # mixes channels and patches
+    resized = torch.nn.functional.interpolate(image, new_grid, mode="bicubic", antialias=True)
+    return rearrange(resized, "1 d gh gw -> (gh gw) d")
+
+
+def resized_with(**options):
+    def resize(table, old_grid, new_grid):
+        image = rearrange(table, "(gh gw) d -> 1 d gh gw", gh=old_grid[0])
+        resized = torch.nn.functional.interpolate(image, new_grid, mode="bicubic", **options)
+        return rearrange(resized, "1 d gh gw -> (gh gw) d")
+
+    return resize
+
+
+def layer_norm_by(var, eps_outside=False, dims=-1):
+    def norm(x, weight, bias, eps):
+        centred = x - x.mean(dims, keepdim=True)
+        if eps_outside:
+            return weight * centred / (var(x, dims).sqrt() + eps) + bias
+        return weight * centred / (var(x, dims) + eps).sqrt() + bias
+
+    return norm
+
+
+def biased(x, dims):
+    return x.var(dims, unbiased=False, keepdim=True)
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -333,6 +382,22 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ),
     ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
     ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
+    ("check_sinusoidal_2d", square_only, "indexed with Gh where Gw belongs"),
+    ("check_resize_table", reshaped_not_permuted, "a reshape is not a transpose"),
+    (
+        "check_resize_table",
+        lambda table, old_grid, new_grid: resize_table(table, old_grid[::-1], new_grid),
+        "the grid is taken as (Gw, Gh)",
+    ),
+    ("check_resize_table", resized_with(antialias=True, align_corners=True), "align_corners=True"),
+    ("check_resize_table", resized_with(antialias=False), "antialias is off"),
+    (
+        "check_layer_norm",
+        layer_norm_by(lambda x, dims: x.var(dims, keepdim=True)),
+        "divides by (D - 1)",
+    ),
+    ("check_layer_norm", layer_norm_by(biased, eps_outside=True), "eps is added outside"),
+    ("check_layer_norm", layer_norm_by(biased, dims=-2), "taken over the tokens (axis -2)"),
     ("check_block_forward", no_attention_residual, "attention branch has no residual"),
     ("check_block_forward", no_mlp_residual, "MLP branch has no residual"),
     ("check_lr_schedule", warmup_one_step_early, "one step early"),

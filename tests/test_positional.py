@@ -7,7 +7,11 @@ import torch
 from einops import rearrange
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.exercises import check_relative_position_index, check_sinusoidal_2d
+from vit_tutorial.exercises import (
+    check_relative_position_index,
+    check_resize_table,
+    check_sinusoidal_2d,
+)
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -414,6 +418,18 @@ def columns_only(grid, dim):
     return sinusoidal_1d(gw, dim).repeat(gh, 1)
 
 
+def repeats_swapped(grid, dim):
+    gh, gw = grid
+    first = sinusoidal_1d(gh, dim // 2).repeat(gw, 1)  # n % Gh: not the row
+    return torch.cat([first, sinusoidal_1d(gw, dim // 2).repeat_interleave(gh, dim=0)], 1)
+
+
+def repeats_swapped_halves_exchanged(grid, dim):
+    """Right on a square grid only."""
+    first, second = repeats_swapped(grid, dim).chunk(2, dim=1)
+    return torch.cat([second, first], dim=1)
+
+
 def crashes_on_square_grids(grid, dim):
     gh, gw = grid
     if gh == gw:
@@ -438,6 +454,8 @@ def crashes_on_square_grids(grid, dim):
             "sines of an axis come before",
         ),
         (crashes_on_square_grids, r"crashed on grid_size=\(14, 14\), dim=768.*RuntimeError"),
+        (repeats_swapped, "column is in the first half.*swapping repeat"),
+        (repeats_swapped_halves_exchanged, r"grid_size=\(3, 5\).*indexed with Gh where Gw"),
         (
             lambda grid, dim: sinusoidal_2d(grid, dim).reshape(*grid, dim),
             r"\(196, 768\).*\(14, 14, 768\)",
@@ -495,6 +513,66 @@ def flattened_offset(grid):
 def test_check_relative_position_index_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_relative_position_index(wrong)
+
+
+def interpolated(layout_in="(gh gw) d -> 1 d gh gw", layout_out="1 d gh gw -> (gh gw) d", **kw):
+    """A resize_table answer that views the table with ``layout_in`` and F.interpolate(**kw)."""
+    options = {"mode": "bicubic", "align_corners": False, "antialias": True} | kw
+
+    def resize(table, old_grid, new_grid):
+        image = rearrange(table, layout_in, gh=old_grid[0], gw=old_grid[1])
+        return rearrange(torch.nn.functional.interpolate(image, new_grid, **options), layout_out)
+
+    return resize
+
+
+def resize_transposed_throughout(table, old_grid, new_grid):
+    """Correct: the grid transposed, resized to the transposed size, and transposed back."""
+    image = rearrange(table, "(gh gw) d -> 1 d gw gh", gh=old_grid[0])
+    resized = torch.nn.functional.interpolate(image, new_grid[::-1], mode="bicubic", antialias=True)
+    return rearrange(resized, "1 d gw gh -> (gh gw) d")
+
+
+def test_check_resize_table_accepts_every_correct_answer(capsys):
+    check_resize_table(lambda table, old, new: resize_pos_embed(table[None], old, new, 0)[0])
+    check_resize_table(interpolated())
+    check_resize_table(lambda table, old, new: interpolated()(table.double(), old, new))
+    check_resize_table(resize_transposed_throughout)
+    assert capsys.readouterr().out.count("Correct!") == 4
+
+
+def reshaped_in(table, old_grid, new_grid):
+    image = table.reshape(1, table.shape[1], *old_grid)
+    return interpolated("1 d gh gw -> 1 d gh gw")(image, old_grid, new_grid)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (reshaped_in, "a reshape is not a transpose"),
+        (interpolated(layout_out="1 d gh gw -> (gw gh) d"), "read or written column by column"),
+        (interpolated("(gw gh) d -> 1 d gh gw"), "read or written column by column"),
+        (lambda table, old, new: interpolated()(table, old, new[::-1]), r"taken as \(Gw, Gh\)"),
+        (interpolated(align_corners=True), "align_corners=True pins the corner"),
+        (interpolated(antialias=False), "antialias is off.*Keys' a=-0.5"),
+        (interpolated(mode="bilinear"), "bilinear interpolation"),
+        (interpolated(mode="nearest", align_corners=None, antialias=False), "nearest patch"),
+        (lambda table, old, new: interpolated()(table, old, new)[None], r"\(12, 8\).*\(1, 12, 8\)"),
+        (
+            lambda table, old, new: 1.01 * interpolated()(table, old, new),
+            "differs from resize_pos_embed",
+        ),
+    ],
+)
+def test_check_resize_table_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_resize_table(wrong)
+
+
+def test_check_resize_table_starts_with_a_shrinking_non_square_grid():
+    # the transposes and the antialias only show on a non-square grid that shrinks
+    with pytest.raises(AssertionError, match=wrapped(r"old_grid=\(4, 6\), new_grid=\(3, 4\)")):
+        check_resize_table(interpolated(antialias=False))
 
 
 def test_grid_coordinates_are_row_major():

@@ -13,7 +13,7 @@ One block of ViT is two residual branches, each behind a LayerNorm ("pre-norm"):
 from 0 in the first block to ``drop_path`` in the last, as in DeiT and timm.
 
 Parameter names follow timm (``norm1``, ``attn.qkv``, ``mlp.fc1`` ...), so its checkpoints
-map onto these modules one to one. Shapes: B batch, N tokens, D model width, h heads.
+map onto these modules one to one. Shapes: B batch, T tokens, D model width, h heads.
 """
 
 from __future__ import annotations
@@ -241,11 +241,11 @@ class EncoderBlock(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
-        """Apply the block to tokens ``x`` of shape ``(B, N, D)``; same shape out.
+        """Apply the block to tokens ``x`` of shape ``(B, T, D)``; same shape out.
 
         Args:
-            x: tokens, shape ``(B, N, D)``.
-            attn_bias: additive attention bias broadcastable to ``(B, h, N, N)``, passed
+            x: tokens, shape ``(B, T, D)``.
+            attn_bias: additive attention bias broadcastable to ``(B, h, T, T)``, passed
                 to the attention (e.g. a relative position bias).
         """
         return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
@@ -253,7 +253,7 @@ class EncoderBlock(nn.Module):
     def forward_with_weights(
         self, x: Tensor, attn_bias: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """:meth:`forward`, and the attention weights ``(B, h, N, N)`` (explicit path)."""
+        """:meth:`forward`, and the attention weights ``(B, h, T, T)`` (explicit path)."""
         return self._residuals(x, lambda h: self.attn.forward_with_weights(h, attn_bias))
 
     def _residuals(self, x: Tensor, attend: Callable) -> tuple[Tensor, Tensor | None]:
@@ -311,10 +311,10 @@ class Encoder(nn.Module):
     def forward(
         self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
     ) -> Tensor:
-        """Apply every block in turn to tokens ``x`` of shape ``(B, N, D)``.
+        """Apply every block in turn to tokens ``x`` of shape ``(B, T, D)``.
 
         Args:
-            x: tokens, shape ``(B, N, D)``.
+            x: tokens, shape ``(B, T, D)``.
             attn_bias: one bias shared by all blocks, or a sequence with one per block.
         """
         for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
@@ -324,7 +324,7 @@ class Encoder(nn.Module):
     def forward_with_weights(
         self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
     ) -> tuple[Tensor, list[Tensor]]:
-        """:meth:`forward`, and the attention weights of every block, ``(B, h, N, N)`` each."""
+        """:meth:`forward`, and the attention weights of every block, ``(B, h, T, T)`` each."""
         maps = []
         for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
             x, weights = block.forward_with_weights(x, bias)

@@ -16,7 +16,8 @@ way. Four families of encodings put the place back, plus rotary embeddings:
 * :class:`RotaryEmbedding2D`: queries and keys rotated by angles proportional to the
   patch's row and column, so that ``q·k`` depends only on their offset (Heo et al., 2024).
 
-Shapes use named axes: B batch, N tokens, D model width, h heads, d head width,
+Shapes use named axes: B batch, N patches (N = Gh·Gw), T tokens of a sequence (T = N
+plus the prefix tokens, such as the class token), D model width, h heads, d head width,
 Gh×Gw patch grid. Grid positions are numbered row-major, as in
 :func:`vit_tutorial.patches.image_to_patches`; :func:`grid_coordinates` gives each one's
 row and column.
@@ -67,20 +68,20 @@ def grid_coordinates(
 
 
 def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
-    """``(N, D)`` grid table -> ``(1, prefix + N, D)``, zeros for the prefix tokens."""
+    """``(N, D)`` grid table -> ``(1, T, D)``, ``T = prefix + N``, zeros for the prefix tokens."""
     return torch.cat([table.new_zeros(num_prefix_tokens, table.shape[1]), table])[None]
 
 
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
 
-    The table ``weight`` of shape ``(1, N, D)`` is initialised from a normal of std 0.02
+    The table ``weight`` of shape ``(1, T, D)`` is initialised from a normal of std 0.02
     truncated at ±2 std, which leaves a std of 0.02 × 0.880 ≈ 0.0176. The reference ViT
     draws it from an untruncated N(0, 0.02²), and timm's ``trunc_normal_(std=.02)`` has
     default bounds of ±2 in absolute units, which cut nothing; the difference is immaterial.
 
     Args:
-        num_positions: N, the prefix tokens included.
+        num_positions: T, the prefix tokens included.
         dim: D.
         grid_size: the ``(Gh, Gw)`` grid the table is laid out on, after
             ``num_prefix_tokens`` prefix entries; when given, ``forward`` can resample
@@ -108,7 +109,7 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
 
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
-        """Return ``x + weight`` for tokens ``x`` of shape ``(B, N, D)``.
+        """Return ``x + weight`` for tokens ``x`` of shape ``(B, T, D)``.
 
         With ``grid_size`` other than the table's, the table is first resampled with
         :func:`resize_pos_embed`.
@@ -125,26 +126,29 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
-    """Interleaved ``sin, cos`` of ``position·ω_i`` with ``ω_i = T^(-2i/dim)``: ``(N, dim)``."""
+    """Interleaved ``sin, cos`` of ``position·ω_i``, ``ω_i = temperature^(-2i/dim)``.
+
+    ``positions`` has shape ``(P,)``, the result ``(P, dim)``.
+    """
     omega = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
-    angles = positions.to(torch.float64)[:, None] * omega  # (N, dim/2)
-    codes = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (N, dim/2, 2)
+    angles = positions.to(torch.float64)[:, None] * omega  # (P, dim/2)
+    codes = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, dim/2, 2)
     return rearrange(codes, "n k two -> n (k two)").float()  # even: sin, odd: cos
 
 
 def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> Tensor:
-    """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / T^(2i/D))``, and cos in 2i + 1.
+    """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, cos in 2i + 1.
 
-    Channel pair ``i`` turns at frequency ``ω_i = T^(-2i/D)``: the first channels change
+    Channel pair ``i`` turns at frequency ``ω_i = 10000^(-2i/D)``: the first channels change
     fastest along the sequence, the last ones slowest.
 
     Args:
-        num_positions: N.
+        num_positions: the number of positions, rows of the table.
         dim: D, even.
-        temperature: T, the base of the geometric progression of wavelengths.
+        temperature: the base of the geometric progression of wavelengths (10000).
 
     Returns:
-        A table of shape ``(N, D)``.
+        A table of shape ``(num_positions, D)``.
 
     Example:
         >>> sinusoidal_1d(3, 4)
@@ -172,7 +176,7 @@ def sinusoidal_2d(
     Args:
         grid_size: ``G`` or ``(Gh, Gw)``.
         dim: D, a multiple of 4 (a sin/cos pair per frequency, for each of two axes).
-        temperature: T.
+        temperature: the base of the wavelengths (10000), as in :func:`sinusoidal_1d`.
 
     Returns:
         A table of shape ``(Gh·Gw, D)``, rows in row-major grid order.
@@ -220,10 +224,10 @@ class SinusoidalEmbedding2D(nn.Module):
         self.grid_size, self.dim = pair(grid_size, "grid_size"), dim
         self.num_prefix_tokens = num_prefix_tokens
         table = _prefixed(sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
-        self.register_buffer("table", table, persistent=False)  # (1, prefix + N, D)
+        self.register_buffer("table", table, persistent=False)  # (1, T, D), T = prefix + N
 
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
-        """Return ``x + table`` for tokens ``(B, N, D)`` on ``grid_size`` (default: its own)."""
+        """Return ``x + table`` for tokens ``(B, T, D)`` on ``grid_size`` (default: its own)."""
         table = self.table
         if grid_size is not None and pair(grid_size, "grid_size") != self.grid_size:
             table = _prefixed(sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
@@ -237,12 +241,12 @@ class SinusoidalEmbedding2D(nn.Module):
 class RelativePositionBias(nn.Module):
     """A learned attention bias per head, indexed by the 2D offset between two patches.
 
-    Patches at ``(r, c)`` and ``(r', c')`` get ``table[(r - r', c - c')]``, one of
-    ``(2Gh - 1)(2Gw - 1)`` entries per head (Swin, BEiT). With prefix tokens (the class
-    token), three more entries per head, as in BEiT: patch → prefix, prefix → patch and
-    prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std; Swin
-    calls timm's ``trunc_normal_(std=.02)``, whose absolute bounds ±2 cut nothing, and BEiT
-    starts from zeros.
+    Patches at ``(r, c)`` and ``(r', c')`` get the entry of their offset ``(r - r', c - c')``
+    in ``table`` (chapter 3's β), one of ``(2Gh - 1)(2Gw - 1)`` entries per head (Swin,
+    BEiT). With prefix tokens (the class token), three more entries per head, as in BEiT:
+    patch → prefix, prefix → patch and prefix → prefix. The table starts from a normal of
+    std 0.02 truncated at ±2 std; Swin calls timm's ``trunc_normal_(std=.02)``, whose
+    absolute bounds ±2 cut nothing, and BEiT starts from zeros.
 
     Args:
         grid_size: ``G`` or ``(Gh, Gw)``.
@@ -276,7 +280,7 @@ class RelativePositionBias(nn.Module):
         offset = coords[:, :, None] - coords[:, None, :]  # (2, Gh·Gw, Gh·Gw): query - key
         grid_index = (offset[0] + gh - 1) * (2 * gw - 1) + (offset[1] + gw - 1)
         p = num_prefix_tokens
-        index = torch.empty(p + gh * gw, p + gh * gw, dtype=torch.long)  # (N, N)
+        index = torch.empty(p + gh * gw, p + gh * gw, dtype=torch.long)  # (T, T)
         index[p:, p:] = grid_index
         index[:p, :] = num_offsets  # prefix -> anything
         index[:, :p] = num_offsets + 1  # anything -> prefix
@@ -284,7 +288,7 @@ class RelativePositionBias(nn.Module):
         self.register_buffer("index", index, persistent=False)
 
     def forward(self) -> Tensor:
-        """The bias of shape ``(h, N, N)`` with ``N = num_prefix_tokens + Gh·Gw``."""
+        """The bias of shape ``(h, T, T)`` with ``T = num_prefix_tokens + Gh·Gw``."""
         return rearrange(self.table[self.index], "n m h -> h n m")
 
 
@@ -339,20 +343,21 @@ class RotaryEmbedding2D(nn.Module):
     between the two patches. Two choices of frequencies:
 
     * ``mode="axial"``: fixed; the first ``d/4`` pairs turn with the column, the last
-      ``d/4`` with the row, at ``T^(-4j/d)`` (default ``T = 100``);
+      ``d/4`` with the row, at ``temperature^(-4j/d)`` (default base 100);
     * ``mode="mixed"``: learned per head (parameter ``freqs``), initialised with the axial
       magnitudes along two perpendicular directions at a random angle per head (default
-      ``T = 10``), so one pair can encode a diagonal.
+      base 10), so one pair can encode a diagonal.
 
     Prefix tokens (the class token) are left unrotated. Call the instance on queries or
-    keys of shape ``(B, h, N, d)``, e.g. ``attn(x, rope=rope)`` with
+    keys of shape ``(B, h, T, d)``, e.g. ``attn(x, rope=rope)`` with
     :class:`~vit_tutorial.attention.MultiHeadSelfAttention`.
 
     Args:
         head_dim: d, a multiple of 4.
         grid_size: ``G`` or ``(Gh, Gw)``.
         num_prefix_tokens: tokens before the grid.
-        temperature: T; ``None`` picks 100 (axial) or 10 (mixed), as Heo et al.
+        temperature: the base of the frequencies; ``None`` picks 100 (axial) or 10
+            (mixed), as Heo et al.
         mode: ``"axial"`` or ``"mixed"``.
         num_heads: h, for the per-head frequencies of ``"mixed"``.
 
@@ -410,7 +415,7 @@ class RotaryEmbedding2D(nn.Module):
         return x[:, None] * self.freqs[0][:, None] + y[:, None] * self.freqs[1][:, None]
 
     def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
-        """Rotate ``x`` of shape ``(B, h, N, d)``; ``grid_size`` overrides the built-in grid."""
+        """Rotate ``x`` of shape ``(B, h, T, d)``; ``grid_size`` overrides the built-in grid."""
         gh, gw = pair(grid_size, "grid_size") if grid_size is not None else self.grid_size
         p = self.num_prefix_tokens
         if x.dim() != 4 or x.shape[-1] != self.head_dim or x.shape[-2] != p + gh * gw:

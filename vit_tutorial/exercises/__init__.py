@@ -10,13 +10,17 @@ from vit_tutorial.exercises.attention import (
     check_stable_softmax,
 )
 from vit_tutorial.exercises.axial import check_axial_attention, check_axial_mask, check_axial_scores
-from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path
+from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path, check_layer_norm
 from vit_tutorial.exercises.patches import (
     check_image_to_patches,
     check_patch_embedding,
     check_patches_to_image,
 )
-from vit_tutorial.exercises.positional import check_relative_position_index, check_sinusoidal_2d
+from vit_tutorial.exercises.positional import (
+    check_relative_position_index,
+    check_resize_table,
+    check_sinusoidal_2d,
+)
 from vit_tutorial.exercises.training import check_lr_schedule, check_param_groups
 from vit_tutorial.exercises.vit import check_param_count, check_predict
 
@@ -31,9 +35,11 @@ __all__ = [
     # positional
     "check_relative_position_index",
     "check_sinusoidal_2d",
+    "check_resize_table",
     # encoder
     "check_block_forward",
     "check_drop_path",
+    "check_layer_norm",
     # vit
     "check_param_count",
     "check_predict",

@@ -1,16 +1,17 @@
-"""Checkers for chapter 4: stochastic depth and the pre-norm encoder block."""
+"""Checkers for chapter 4: the pre-norm encoder block, stochastic depth and LayerNorm."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from vit_tutorial.encoder import EncoderBlock
 from vit_tutorial.exercises._common import call_safely, checker, close, passed
 
-__all__ = ["check_drop_path", "check_block_forward"]
+__all__ = ["check_drop_path", "check_block_forward", "check_layer_norm"]
 
 
 def _one_coin(
@@ -54,7 +55,7 @@ def _dropped_samples(
 ) -> Tensor:
     """Which samples ``got = fn(x, p, True)`` dropped, a ``(B,)`` mask, once it is checked that
     each sample is dropped whole, by a coin of its own, at rate ``p``."""
-    per_sample = (got == 0).flatten(1)  # (B, N·D): which numbers of each sample are zero
+    per_sample = (got == 0).flatten(1)  # (B, T·D): which numbers of each sample are zero
     if not (per_sample.all(1) | ~per_sample.any(1)).all():
         raise AssertionError(
             "some samples are only partly zeroed: that is dropout. Drop path "
@@ -97,7 +98,7 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
         Correct! check_drop_path: whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.
     """
     generator = torch.Generator().manual_seed(0)
-    # (B, N, D), all positive so that a zero means "dropped"
+    # (B, T, D), all positive so that a zero means "dropped"
     x = torch.rand(2000, 4, 8, generator=generator) + 1.0
     _check_identity(fn, x)
     p = 0.3
@@ -187,25 +188,151 @@ def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
         Correct! check_block_forward: pre-norm block matches on 2 cases.
     """
     generator = torch.Generator().manual_seed(0)
-    cases = [(2, 5, 16, 2), (3, 9, 32, 4)]  # (B, N, D, h)
-    for B, N, D, h in cases:
+    cases = [(2, 5, 16, 2), (3, 9, 32, 4)]  # (B, T, D, h)
+    for B, T, D, h in cases:
         torch.manual_seed(0)  # @checker restores the learner's random state afterwards
         block = EncoderBlock(D, h).eval()
         with torch.no_grad():
             for norm in (block.norm1, block.norm2):  # non-trivial affine LayerNorms
                 norm.weight.copy_(1 + 0.5 * torch.randn(D, generator=generator))
                 norm.bias.copy_(0.5 * torch.randn(D, generator=generator))
-            x = 2 * torch.randn(B, N, D, generator=generator) + 1
-            got = call_safely(fn, (block, x.clone()), f"case B={B}, N={N}, D={D}")
+            x = 2 * torch.randn(B, T, D, generator=generator) + 1
+            got = call_safely(fn, (block, x.clone()), f"case B={B}, T={T}, D={D}")
             if not isinstance(got, Tensor) or got.shape != x.shape:
-                raise AssertionError(f"fn must return a tensor of the input's shape {(B, N, D)}")
+                raise AssertionError(f"fn must return a tensor of the input's shape {(B, T, D)}")
             if close(got, block(x), atol=1e-5):
                 continue
             for wrong, explanation in _variants(block, x):
                 if close(got, wrong, atol=1e-5):
-                    raise AssertionError(f"case B={B}, N={N}, D={D}: {explanation}.")
+                    raise AssertionError(f"case B={B}, T={T}, D={D}: {explanation}.")
         raise AssertionError(
-            f"case B={B}, N={N}, D={D}: the output differs from "
+            f"case B={B}, T={T}, D={D}: the output differs from "
             "x = x + attn(norm1(x)); x = x + mlp(norm2(x))"
         )
     passed("check_block_forward", f"pre-norm block matches on {len(cases)} cases.")
+
+
+_BIASED = "x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1)"
+
+
+def _variance_mistakes(
+    x: Tensor, weight: Tensor, bias: Tensor, eps: float
+) -> list[tuple[Tensor, str]]:
+    """Outputs of the usual slips of a hand-written LayerNorm in its variance and ``eps``."""
+    D = x.shape[-1]
+    centred = x - x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)  # the right, biased, variance
+    unbiased = x.var(-1, keepdim=True)  # divides by D - 1
+    return [
+        (
+            weight * centred / torch.sqrt(unbiased + eps) + bias,
+            f"the variance divides by (D - 1) = {D - 1}, torch.var's default (unbiased); "
+            f"LayerNorm uses the biased variance, which divides by D: {_BIASED}",
+        ),
+        (
+            weight * centred / (unbiased.sqrt() + eps) + bias,
+            f"two slips: the variance divides by D - 1 (torch.std's default) instead of D, "
+            f"and eps is added to the standard deviation instead of the variance; write "
+            f"(x - mean)/sqrt(var + eps) with the biased variance, {_BIASED}",
+        ),
+        (
+            weight * centred / (var.sqrt() + eps) + bias,
+            "eps is added outside the square root, to the standard deviation; it belongs "
+            "inside, with the variance: (x - mean)/sqrt(var + eps). The two differ when a "
+            "token's variance is as small as eps",
+        ),
+        *[
+            (
+                F.layer_norm(x, (D,), weight, bias, fixed),
+                f"you used eps={fixed:g} ({whose}), not the eps argument, eps={eps:g}",
+            )
+            for fixed, whose in [(1e-5, "PyTorch's default"), (1e-6, "ViT's value")]
+        ],
+        (
+            weight * centred / var.sqrt() + bias,
+            "the eps argument is not used: it keeps the division safe for a token of "
+            "small variance, (x - mean)/sqrt(var + eps)",
+        ),
+    ]
+
+
+def _axis_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> list[tuple[Tensor, str]]:
+    """Outputs of a LayerNorm over the wrong axes, or with the wrong affine part."""
+
+    def standardised(dims: tuple[int, ...]) -> Tensor:  # (x - mean)/sqrt(var + eps)
+        mu, var = x.mean(dims, keepdim=True), x.var(dims, unbiased=False, keepdim=True)
+        return (x - mu) / torch.sqrt(var + eps)
+
+    def over(dims: tuple[int, ...]) -> Tensor:
+        return weight * standardised(dims) + bias
+
+    last_axis = "LayerNorm normalises each token over its D features, the last axis"
+    return [
+        (
+            over((-2,)),
+            f"the statistics are taken over the tokens (axis -2); {last_axis}: mean(-1), var(-1)",
+        ),
+        (
+            over((-2, -1)),
+            "the statistics are taken over all the tokens and features of a sequence, "
+            f"(T, D) at once; {last_axis}: mean(-1), var(-1)",
+        ),
+        (
+            over((0,)),
+            "the statistics are taken over the first axis, the batch: that is batch "
+            f"normalisation; {last_axis}: mean(-1), var(-1)",
+        ),
+        (
+            standardised((-1,)),
+            "weight and bias are not applied: weight·(x - mean)/sqrt(var + eps) + bias",
+        ),
+        (
+            bias * standardised((-1,)) + weight,
+            "weight and bias are swapped: the weight (γ) scales, the bias (β) shifts",
+        ),
+    ]
+
+
+@checker
+def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> None:
+    """Grade a learner's ``fn(x, weight, bias, eps) -> Tensor``, LayerNorm written by hand.
+
+    ``x`` has shape ``(..., D)``; the answer must equal
+    ``F.layer_norm(x, (D,), weight, bias, eps)``: each token standardised over its D
+    features with the biased variance and ``eps`` inside the square root, then scaled by
+    ``weight`` and shifted by ``bias``. The checker tries ``(B, T, D)`` tokens of variance
+    close to ``eps``, spread-out tokens, and one ``(T, D)`` sequence with a large ``eps``;
+    it names the unbiased variance, ``eps`` outside the root, and the wrong axis.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_layer_norm(lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps))
+        Correct! check_layer_norm: 3 cases, small variances included, match F.layer_norm.
+    """
+    generator = torch.Generator().manual_seed(0)
+    # (shape, scale, offset, eps): tokens of variance 1e-6, as small as eps, first, so that
+    # the eps slips show; then spread-out tokens, and a (T, D) sequence with a large eps
+    cases = [((2, 4, 16), 1e-3, 0.0, 1e-6), ((2, 5, 8), 3.0, 1.0, 1e-6), ((6, 12), 1.0, 0.0, 0.25)]
+    for shape, scale, offset, eps in cases:
+        D = shape[-1]
+        x = scale * torch.randn(shape, generator=generator) + offset
+        weight = 1 + 0.5 * torch.randn(D, generator=generator)
+        bias = 0.5 * torch.randn(D, generator=generator)
+        what = f"x of shape {shape}, eps={eps:g}"
+        got = call_safely(fn, (x.clone(), weight.clone(), bias.clone(), eps), what)
+        if not isinstance(got, Tensor) or got.shape != x.shape:
+            found = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise AssertionError(f"{what}: the output must have the input's shape, got {found}")
+        if close(got, F.layer_norm(x, (D,), weight, bias, eps)):
+            continue
+        mistakes = _variance_mistakes(x, weight, bias, eps) + _axis_mistakes(x, weight, bias, eps)
+        for wrong, explanation in mistakes:
+            if close(got, wrong):
+                raise AssertionError(f"{what}: {explanation}")
+        raise AssertionError(
+            f"{what}: the output differs from F.layer_norm(x, (D,), weight, bias, eps); "
+            "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis"
+        )
+    passed("check_layer_norm", "3 cases, small variances included, match F.layer_norm.")

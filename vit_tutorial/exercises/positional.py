@@ -1,28 +1,39 @@
-"""Checkers for chapter 3: the 2D sinusoidal table and the relative-position index."""
+"""Checkers for chapter 3: the 2D sinusoidal table, the relative-position index, and the
+resizing of a learned table to a new grid."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.exercises._common import call_safely, checker, close, passed
-from vit_tutorial.positional import sinusoidal_1d, sinusoidal_2d
+from vit_tutorial.positional import resize_pos_embed, sinusoidal_1d, sinusoidal_2d
 
-__all__ = ["check_relative_position_index", "check_sinusoidal_2d"]
+__all__ = ["check_relative_position_index", "check_resize_table", "check_sinusoidal_2d"]
 
 
 def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, str]]:
     """Tables of the usual mistakes, from the right table ``want``, each with its explanation."""
-    gw = grid_size[1]
-    N, dim = want.shape
+    gh, gw = grid_size
+    num_patches, dim = want.shape
     half = dim // 2
     pairs = rearrange(want, "n (k two) -> n k two", two=2)  # (N, D/2, 2): (sin, cos)
+    n = torch.arange(num_patches)
+    by_gh = [sinusoidal_1d(gh, half)[n % gh], sinusoidal_1d(gw, half)[n // gh]]
+    wrong_side = (
+        "the codes are indexed with Gh where Gw belongs: patch n sits at (row, column) = "
+        "(n // Gw, n % Gw), but this table uses (n % Gh, n // Gh), the same only on a "
+        "square grid (are repeat and repeat_interleave swapped?). Repeat each row's code "
+        "Gw times in a row (repeat_interleave), and tile the Gw column codes Gh times "
+        "(repeat)"
+    )
     return [
         (
-            sinusoidal_1d(N, dim),
+            sinusoidal_1d(num_patches, dim),
             f"this is the 1D code of the flattened index n = row·Gw + column, so the "
             f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
             f"in it although they sit at opposite ends of the image. Encode the row with half "
@@ -30,8 +41,9 @@ def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, st
         ),
         (
             torch.cat([want[:, half:], want[:, :half]], 1),
-            "the column is in the first half and the row in the "
-            "second; a valid code, but the package puts the row first",
+            "the column is in the first half and the row in the second (swapping repeat "
+            "and repeat_interleave gives this table on a square grid); a valid code, but "
+            "the package puts the row first",
         ),
         (
             rearrange(pairs.flip(-1), "n k two -> n (k two)"),
@@ -45,6 +57,8 @@ def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, st
             "layout); a valid code, but sinusoidal_1d interleaves them: sin "
             "on even channels and cos on odd ones",
         ),
+        (torch.cat(by_gh, 1), wrong_side),
+        (torch.cat(by_gh[::-1], 1), wrong_side),
     ]
 
 
@@ -69,7 +83,7 @@ def _diagnose_table(got: Tensor, want: Tensor, grid_size: tuple[int, int]) -> st
     return (
         f"differs from sinusoidal_2d by up to "
         f"{(got - want).abs().max().item():.3g}; check the frequencies "
-        f"T^(-2i/(D/2)) of each half"
+        f"10000^(-2i/(D/2)) of each half"
     )
 
 
@@ -177,4 +191,147 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
     passed(
         "check_relative_position_index",
         "one entry per 2D offset on 3 grids (square and non-square).",
+    )
+
+
+# How a (Gh·Gw, D) table becomes a (1, D, Gh, Gw) image for F.interpolate, and back: the
+# right way (row-major) and two wrong ones.
+_READ = {
+    "row-major": lambda table, gh, gw: rearrange(table, "(gh gw) d -> 1 d gh gw", gh=gh, gw=gw),
+    "column-major": lambda table, gh, gw: rearrange(table, "(gw gh) d -> 1 d gh gw", gh=gh, gw=gw),
+    "reshape": lambda table, gh, gw: table.reshape(1, -1, gh, gw),
+}
+_WRITE = {
+    "row-major": lambda image: rearrange(image, "1 d gh gw -> (gh gw) d"),
+    "column-major": lambda image: rearrange(image, "1 d gh gw -> (gw gh) d"),
+    "reshape": lambda image: image.reshape(-1, image.shape[1]),
+}
+
+
+def _resized(
+    table: Tensor,
+    old_grid: tuple[int, int],
+    new_grid: tuple[int, int],
+    layout: tuple[str, str] = ("row-major", "row-major"),
+    **options: object,
+) -> Tensor:
+    """``table`` resized by ``F.interpolate(**options)``, read and written as ``layout`` says.
+
+    The defaults are the right answer, :func:`resize_pos_embed`'s options.
+    """
+    options = {"mode": "bicubic", "antialias": True, "align_corners": False} | options
+    if options["mode"] == "nearest":
+        options = {"mode": "nearest"}
+    image = _READ[layout[0]](table.float(), *old_grid)  # (1, D, Gh, Gw)
+    return _WRITE[layout[1]](F.interpolate(image, size=new_grid, **options))
+
+
+_SWAPPED = (
+    "the grid is taken as (Gw, Gh): a grid size is (Gh, Gw), rows then columns, and patch "
+    "(r, c) is row r·Gw + c of the table"
+)
+_COLUMN_MAJOR = (
+    "the table is read or written column by column; it is row-major, patch (r, c) in row "
+    "r·Gw + c: rearrange '(gh gw) d -> 1 d gh gw', and back"
+)
+_RESHAPED = (
+    "a reshape is not a transpose: table.reshape(1, D, Gh, Gw), or a reshape back to "
+    "(Gh'·Gw', D), keeps the memory order, so each channel of the image mixes numbers of "
+    "different patches. Move the channel axis instead: permute, or rearrange "
+    "'(gh gw) d -> 1 d gh gw' and '1 d gh gw -> (gh gw) d'"
+)
+
+
+def _resize_mistakes(
+    table: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int]
+) -> list[tuple[Tensor, str]]:
+    """Tables of the usual mistakes of ``resize_table``, each with its explanation."""
+    old_t, new_t = old_grid[::-1], new_grid[::-1]
+    layouts = [(r, w) for r in _READ for w in _WRITE if (r, w) != ("row-major", "row-major")]
+    return [
+        *[(_resized(table, *grids), _SWAPPED) for grids in [(old_t, new_grid), (old_grid, new_t)]],
+        (_resized(table, old_t, new_t), _SWAPPED),
+        *[
+            (
+                _resized(table, old_grid, new_grid, layout),
+                _RESHAPED if "reshape" in layout else _COLUMN_MAJOR,
+            )
+            for layout in layouts
+        ],
+        (
+            _resized(table, old_grid, new_grid, align_corners=True),
+            "align_corners=True pins the corner patches to the corners of the new grid; "
+            "resize_pos_embed, like timm, uses align_corners=False, which treats each patch "
+            "as a cell and lines up the edges of the grids",
+        ),
+        (
+            _resized(table, old_grid, new_grid, antialias=False),
+            "antialias is off: pass antialias=True, as resize_pos_embed and timm do. When "
+            "the grid shrinks, it averages over the area each new patch covers instead of "
+            "sampling one point, which would fold detail finer than the new grid into false "
+            "slow patterns. It also switches PyTorch's cubic kernel from a=-0.75 to Keys' "
+            "a=-0.5 (as PIL), so the numbers differ when the grid grows too",
+        ),
+        *[
+            (
+                _resized(table, old_grid, new_grid, mode="bilinear", antialias=antialias),
+                "this is bilinear interpolation, as in the reference ViT code (a linear "
+                "zoom); resize_pos_embed is bicubic, like timm and DeiT: mode='bicubic'",
+            )
+            for antialias in (True, False)
+        ],
+        (
+            _resized(table, old_grid, new_grid, mode="nearest"),
+            "this copies the nearest patch (mode='nearest'), so the table changes in "
+            "steps; resize_pos_embed is bicubic, like timm and DeiT: mode='bicubic'",
+        ),
+    ]
+
+
+@checker
+def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], Tensor]) -> None:
+    """Grade ``fn(table, old_grid, new_grid)``, a learned table resampled to a new grid.
+
+    ``table`` has shape ``(Gh·Gw, D)``, one row per patch of ``old_grid = (Gh, Gw)`` in
+    row-major order; the answer must have shape ``(Gh'·Gw', D)`` for ``new_grid`` and equal
+    :func:`~vit_tutorial.positional.resize_pos_embed` without prefix tokens: the table
+    viewed as a D-channel image, resized bicubically with ``align_corners=False`` and
+    ``antialias=True``. The checker shrinks and grows non-square grids and resizes
+    14×14 to 24×24; it names a grid read in the wrong order, a reshape that mixes
+    channels and patches, ``align_corners=True``, a missing antialias and another mode.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_resize_table(lambda t, old, new: resize_pos_embed(t[None], old, new, 0)[0])
+        Correct! check_resize_table: 3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.
+    """
+    generator = torch.Generator().manual_seed(0)
+    for old, new, dim in [((4, 6), (3, 4), 8), ((3, 5), (7, 6), 8), ((14, 14), (24, 24), 16)]:
+        what = f"old_grid={old}, new_grid={new}, D={dim}"
+        table = torch.randn(old[0] * old[1], dim, generator=generator)
+        got = call_safely(fn, (table.clone(), old, new), what)
+        shape = (new[0] * new[1], dim)
+        if not isinstance(got, Tensor) or tuple(got.shape) != shape:
+            found = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise AssertionError(
+                f"{what}: the table must have shape (Gh'·Gw', D) = {shape}, one row per "
+                f"patch of the new grid, got {found}; flatten the grid back row-major"
+            )
+        want = resize_pos_embed(table[None], old, new, num_prefix_tokens=0)[0]
+        if close(got, want):
+            continue
+        for wrong, explanation in _resize_mistakes(table, old, new):
+            if close(got, wrong):
+                raise AssertionError(f"{what}: {explanation}")
+        raise AssertionError(
+            f"{what}: differs from resize_pos_embed by up to "
+            f"{(got.double() - want.double()).abs().max().item():.3g}; view the table as "
+            "(1, D, Gh, Gw), resize with mode='bicubic', align_corners=False and "
+            "antialias=True, and flatten it back row-major"
+        )
+    passed(
+        "check_resize_table",
+        "3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.",
     )
