@@ -180,7 +180,7 @@ def test_dim_not_divisible_by_heads():
 
 def test_input_not_3d():
     attn = MultiHeadSelfAttention(32, 4)
-    with pytest.raises(ValueError, match=r"\(B, N, D\).*2-D \(6, 32\)"):
+    with pytest.raises(ValueError, match=r"\(B, T, D\).*2-D \(6, 32\)"):
         attn(torch.randn(6, 32))
     with pytest.raises(ValueError, match=r"4-D"):
         attn(torch.randn(1, 2, 6, 32))

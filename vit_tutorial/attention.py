@@ -53,7 +53,7 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
     if shape != torch.Size(scores_shape):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the "
-            f"attention scores (..., N, M) = {tuple(scores_shape)}"
+            f"attention scores (..., T, M) = {tuple(scores_shape)}"
         )
 
 
@@ -185,17 +185,17 @@ class MultiHeadSelfAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(B, h, T, d)`` of tokens ``x`` ``(B, T, D)``."""
         if not isinstance(x, Tensor):
-            raise TypeError(f"expected a tensor of tokens (B, N, D), got {type(x).__name__}")
+            raise TypeError(f"expected a tensor of tokens (B, T, D), got {type(x).__name__}")
         if x.dim() != 3:
             raise ValueError(
-                f"expected tokens of shape (B, N, D), got {x.dim()}-D {tuple(x.shape)}"
+                f"expected tokens of shape (B, T, D), got {x.dim()}-D {tuple(x.shape)}"
             )
         if x.shape[-1] != self.dim:
             raise ValueError(
                 f"expected last dimension dim={self.dim}, got {x.shape[-1]} (x is {tuple(x.shape)})"
             )
-        N = x.shape[1]
-        check_mask(attn_bias, (x.shape[0], self.num_heads, N, N))
+        T = x.shape[1]
+        check_mask(attn_bias, (x.shape[0], self.num_heads, T, T))
         qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         q, k, v = qkv.unbind(0)  # each (B, h, T, d)
         if rope is not None:
