@@ -389,3 +389,81 @@ def _by_rule(rule, rate=0.05):
 def test_check_param_groups_explains_mistakes(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_param_groups(wrong)
+
+
+# --- soft labels and DeiT's hard distillation ---------------------------------------------
+
+
+def test_fit_takes_soft_labels_and_one_hot_labels_train_as_class_indices():
+    x, y = blobs().tensors
+    soft = TensorDataset(x, F.one_hot(y, 3).float())  # what Mixup gives with lambda = 1
+
+    def run(dataset):
+        torch.manual_seed(1)
+        model = tiny_vit()
+        history = fit(model, make_loader(dataset, 16, shuffle=True), None, **ARGS)
+        return model.state_dict(), history["train_acc"]
+
+    (a, acc_a), (b, acc_b) = run(blobs()), run(soft)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert acc_a == acc_b  # accuracy is scored against the argmax of the soft labels
+
+
+class TwoHeads(nn.Module):
+    """A stand-in for a distilled ViT: two heads in training, their mean in eval."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.GELU())
+        self.head, self.head_dist = nn.Linear(32, 3), nn.Linear(32, 3)
+
+    def forward(self, x):
+        h = self.body(x)
+        if self.training:
+            return self.head(h), self.head_dist(h)
+        return (self.head(h) + self.head_dist(h)) / 2
+
+
+class Constant(nn.Module):
+    """A teacher that always predicts ``label``."""
+
+    def __init__(self, label):
+        super().__init__()
+        self.label = label
+
+    def forward(self, x):
+        return F.one_hot(torch.full((len(x),), self.label), 3).float()
+
+
+def test_distillation_loss_is_the_mean_of_the_two_heads_cross_entropies():
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(settings=SimpleNamespace(label_smoothing=0.1), teacher=Constant(2))
+    x, y = torch.randn(5, 1, 4, 4), torch.tensor([0, 1, 2, 0, 1])
+    cls, dist = torch.randn(5, 3), torch.randn(5, 3)
+    loss, logits = engine._loss(run, (cls, dist), x, y)
+    expected = (
+        F.cross_entropy(cls, y, label_smoothing=0.1)
+        + F.cross_entropy(dist, torch.full((5,), 2))  # the teacher's classes, unsmoothed
+    ) / 2
+    assert torch.allclose(loss, expected) and torch.allclose(logits, (cls + dist) / 2)
+
+
+def test_fit_distils_the_teachers_classes_into_the_distillation_head():
+    torch.manual_seed(0)
+    model = TwoHeads()
+    fit(model, loaders()[0], None, **{**ARGS, "epochs": 6, "lr": 1e-2}, teacher=Constant(2))
+    model.train()
+    with torch.no_grad():
+        cls, dist = model(blobs(48, seed=1).tensors[0])
+    assert (dist.argmax(-1) == 2).all()  # learnt the teacher, which always says 2
+    assert (cls.argmax(-1) == blobs(48, seed=1).tensors[1]).float().mean() > 0.9
+
+
+def test_distillation_mistakes_are_named():
+    with pytest.raises(ValueError, match="pass the teacher to fit"):
+        fit(TwoHeads(), loaders()[0], None, **{**ARGS, "epochs": 1})
+    with pytest.raises(ValueError, match="teacher= needs a model with a distillation token"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, teacher=Constant(0))
+    with pytest.raises(TypeError, match="teacher must be an nn.Module, got function"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, teacher=lambda x: x)

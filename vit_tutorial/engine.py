@@ -10,6 +10,9 @@ ViT paper pre-trained with Adam and a linear decay instead. Its parts:
 * **linear warm-up, then cosine decay** of the learning rate, built from
   :mod:`torch.optim.lr_scheduler` and stepped once per iteration (:func:`warmup_cosine`);
 * label smoothing, gradient clipping, bf16/fp16 autocast on GPUs;
+* soft labels (from Mixup or CutMix, as ``(B, K)`` probabilities) as well as class indices;
+* DeiT's hard distillation (chapter 8), for a model with a distillation token: pass
+  ``teacher=`` and the distillation head learns the teacher's predicted classes;
 * a checkpoint after every epoch, written atomically; when the file already exists,
   :func:`fit` resumes from it and ends with the same weights as an uninterrupted run;
 * under ``torchrun`` (an initialised process group) the model is wrapped in
@@ -243,6 +246,7 @@ class _Run:
     device: torch.device
     dtype: torch.dtype | None  # autocast dtype, or None for float32
     settings: _Settings
+    teacher: nn.Module | None = None  # DeiT's hard distillation, when given
 
 
 def fit(
@@ -260,6 +264,7 @@ def fit(
     amp: str | None = "auto",
     progress: bool = True,
     checkpoint_path: str | Path | None = None,
+    teacher: nn.Module | None = None,
 ) -> dict[str, list]:
     """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history.
 
@@ -282,6 +287,11 @@ def fit(
             every tenth of the run; ``False`` is silent.
         checkpoint_path: save a checkpoint here after every epoch; if the file already
             exists, resume from it (the other arguments must be the same).
+        teacher: for a model whose training forward returns the logits of two heads
+            (``VisionTransformer(distilled=True)``): a trained classifier, used in eval
+            mode and without gradients. The loss is DeiT's hard distillation, the mean
+            of the class head's cross-entropy with the labels and the distillation
+            head's with the teacher's predicted classes (Touvron et al. 2021, eq. 3).
 
     Returns:
         ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one
@@ -295,7 +305,7 @@ def fit(
     settings = _Settings(
         epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip, len(train_loader)
     )
-    run, start, history = _start(model, settings, device, amp, checkpoint_path)
+    run, start, history = _start(model, settings, device, amp, checkpoint_path, teacher)
     with _progress_bar(epochs, start, progress) as bar:
         for epoch in range(start, epochs):
             train = _train_one_epoch(run, train_loader, epoch)
@@ -313,16 +323,22 @@ def _start(
     device: Device,
     amp: str | None,
     checkpoint_path: str | Path | None,
+    teacher: nn.Module | None = None,
 ) -> tuple[_Run, int, dict[str, list]]:
     """Move the model, build optimiser, schedule and scaler, and resume: ``(run, epoch, history)``."""
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
+    if teacher is not None:
+        if not isinstance(teacher, nn.Module):
+            raise TypeError(f"teacher must be an nn.Module, got {type(teacher).__name__}")
+        teacher.to(device).eval()
     optimizer, scheduler = _optimizer_and_schedule(model, settings)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     start, history = _resume(checkpoint_path, model, optimizer, scheduler, scaler, settings)
     net = _distributed(model, device)
-    return _Run(model, net, optimizer, scheduler, scaler, device, dtype, settings), start, history
+    run = _Run(model, net, optimizer, scheduler, scaler, device, dtype, settings, teacher)
+    return run, start, history
 
 
 def _save(path: str | Path, run: _Run, epoch: int, history: dict[str, list]) -> None:
@@ -406,7 +422,7 @@ def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, flo
         sums += torch.stack(
             [
                 loss.detach() * len(y),
-                (logits.argmax(-1) == y).sum(),
+                (logits.argmax(-1) == (y.argmax(-1) if y.dim() == 2 else y)).sum(),
                 torch.tensor(len(y), device=run.device),
             ]
         ).float()
@@ -423,8 +439,7 @@ def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, flo
 def _train_step(run: _Run, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """Forward, backward, (clip), optimiser and scheduler step; the ``(loss, logits)``."""
     with torch.autocast(run.device.type, dtype=run.dtype, enabled=run.dtype is not None):
-        logits = run.net(x)
-        loss = F.cross_entropy(logits.float(), y, label_smoothing=run.settings.label_smoothing)
+        loss, logits = _loss(run, run.net(x), x, y)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     if run.settings.grad_clip is not None:
@@ -434,6 +449,39 @@ def _train_step(run: _Run, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     run.scaler.update()
     run.scheduler.step()
     return loss, logits
+
+
+def _loss(
+    run: _Run, output: Tensor | tuple[Tensor, Tensor], x: Tensor, y: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The loss of one batch and the logits to score it: ``(loss, logits)``.
+
+    ``y`` holds class indices ``(B,)`` or probabilities ``(B, K)`` (Mixup, CutMix). A model
+    with a distillation token returns ``(class logits, distillation logits)`` in training;
+    the distillation head then learns the teacher's classes (DeiT's hard distillation,
+    with no label smoothing on that head) and the two heads' mean is scored.
+    """
+    smoothing = run.settings.label_smoothing
+    if not isinstance(output, tuple):
+        if run.teacher is not None:
+            raise ValueError(
+                "teacher= needs a model with a distillation token, whose training forward "
+                "returns (class logits, distillation logits); this one returned one tensor"
+            )
+        return F.cross_entropy(output.float(), y, label_smoothing=smoothing), output
+    if run.teacher is None:
+        raise ValueError(
+            "the model returned two heads' logits (a distillation token): pass the teacher "
+            "to fit(..., teacher=...)"
+        )
+    class_logits, distill_logits = output
+    with torch.no_grad():
+        teacher_classes = run.teacher(x).argmax(-1)
+    loss = (
+        F.cross_entropy(class_logits.float(), y, label_smoothing=smoothing)
+        + F.cross_entropy(distill_logits.float(), teacher_classes)
+    ) / 2
+    return loss, (class_logits + distill_logits) / 2
 
 
 def _record(
