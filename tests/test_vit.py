@@ -430,6 +430,7 @@ def test_vit_flops_equals_flop_counter_on_the_meta_device():
         PRESETS["vit_base_patch32_224"],
         ViTConfig(**SMALL),
         ViTConfig(**{**SMALL, "pool": "mean"}),
+        ViTConfig(**{**SMALL, "distilled": True}),
         ViTConfig(
             image_size=(32, 48),
             patch_size=(8, 16),
@@ -531,3 +532,76 @@ def test_numpy_images_are_refused_and_float64_images_work():
         model(np.zeros((1, 3, 32, 32), dtype=np.float32))
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(model(x.double()), model(x))
+
+
+# --- DeiT's distillation token ------------------------------------------------------------
+
+
+def test_distillation_token_adds_a_token_a_position_and_a_head():
+    plain, distilled = VisionTransformer(**SMALL), VisionTransformer(**SMALL, distilled=True)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    D, K = SMALL["dim"], SMALL["num_classes"]
+    assert count(distilled) - count(plain) == D + D + (D * K + K)  # token, position, head
+    assert distilled.num_prefix_tokens == 2 and distilled.pos_embed.weight.shape[1] == 16 + 2
+    assert "dist_token" in distilled.no_weight_decay()
+
+
+def test_distillation_token_sits_after_the_class_token():
+    model = VisionTransformer(**SMALL, distilled=True, pos_embed="none").eval()
+    with torch.no_grad():
+        model.dist_token.fill_(7.0)
+        tokens, _ = model._tokens(torch.randn(2, 3, 32, 32))
+    assert tokens.shape == (2, 1 + 1 + 16, 64)
+    assert torch.equal(tokens[:, 0], model.cls_token[0].expand(2, -1))
+    assert (tokens[:, 1] == 7.0).all()
+
+
+def test_both_heads_in_training_and_their_mean_in_eval():
+    model = VisionTransformer(**SMALL, distilled=True)
+    nn.init.normal_(model.head.weight)
+    nn.init.normal_(model.head_dist.weight)
+    images = torch.randn(3, 3, 32, 32)
+    cls_logits, dist_logits = model.train()(images)  # no dropout here: deterministic
+    assert cls_logits.shape == dist_logits.shape == (3, 10)
+    tokens = model.forward_features(images)
+    assert torch.allclose(cls_logits, model.head(tokens[:, 0]), atol=1e-6)
+    assert torch.allclose(dist_logits, model.head_dist(tokens[:, 1]), atol=1e-6)
+    assert torch.allclose(model.eval()(images), (cls_logits + dist_logits) / 2, atol=1e-6)
+
+
+def test_without_the_option_the_model_is_the_plain_one():
+    torch.manual_seed(3)
+    a = VisionTransformer(**SMALL)
+    torch.manual_seed(3)
+    b = VisionTransformer(**SMALL, distilled=False)
+    assert a.dist_token is None and a.head_dist is None and a.num_prefix_tokens == 1
+    assert a.state_dict().keys() == b.state_dict().keys()
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
+def test_distilled_model_matches_timms_deit_number_for_number():
+    timm = pytest.importorskip("timm")
+    from vit_tutorial.interop import from_timm
+
+    theirs = timm.create_model(
+        "deit_tiny_distilled_patch16_224", img_size=32, patch_size=8, num_classes=10
+    )
+    ours = from_timm(theirs.eval())
+    assert ours.config.distilled
+    images = torch.randn(2, 3, 32, 32)
+    assert torch.equal(ours(images), theirs(images))
+    theirs.train().set_distilled_training(True)
+    for a, b in zip(ours.train()(images), theirs(images), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "fields, error, phrase",
+    [
+        ({"distilled": True, "pool": "mean"}, ValueError, "distilled=True needs pool='cls'"),
+        ({"distilled": 1}, TypeError, "distilled must be"),
+    ],
+)
+def test_distilled_config_errors_name_the_value(fields, error, phrase):
+    with pytest.raises(error, match=phrase):
+        ViTConfig(**{**SMALL, **fields})

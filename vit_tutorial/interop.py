@@ -54,6 +54,7 @@ TORCHVISION_KEYS: dict[str, str] = {
 #: timm ``VisionTransformer`` key -> our key (our names are timm's, inside ``encoder``).
 TIMM_KEYS: dict[str, str] = {
     "cls_token": "cls_token",
+    "dist_token": "dist_token",  # DeiT's distilled models
     "pos_embed": "pos_embed.weight",
     "patch_embed.proj.{p}": "patch_embed.proj.{p}",
     **{
@@ -63,6 +64,7 @@ TIMM_KEYS: dict[str, str] = {
     "norm.{p}": "norm.{p}",
     "fc_norm.{p}": "fc_norm.{p}",
     "head.{p}": "head.{p}",
+    "head_dist.{p}": "head_dist.{p}",
 }
 
 
@@ -226,7 +228,9 @@ def from_timm(model: nn.Module) -> VisionTransformer:
 
     Works for ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs:
     class-token pooling (``global_pool='token'``) or average pooling without a class token
-    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale.
+    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale;
+    and for DeiT's distilled models (``deit_base_distilled_patch16_224``), whose
+    distillation token and head become ``distilled=True``.
 
     Raises:
         ValueError: for an unsupported pooling, activation or head, or keys/shapes that
@@ -260,6 +264,7 @@ def from_timm(model: nn.Module) -> VisionTransformer:
         pos_embed="learned" if model.pos_embed is not None else "none",
         dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
         norm_eps=block.norm1.eps,
+        distilled=getattr(model, "dist_token", None) is not None,
     )
     return _build(config, timm_state_dict_to_ours(model.state_dict()), model)
 

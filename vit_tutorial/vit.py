@@ -153,6 +153,10 @@ class ViTConfig(TransformerConfig):
             position embedding; otherwise another size raises ``ValueError``.
         stem: ``'patch'`` (:class:`~vit_tutorial.patches.PatchEmbedding`) or ``'conv'``
             (:class:`~vit_tutorial.patches.ConvStem`).
+        distilled: add DeiT's distillation token after the class token, with a head of
+            its own (Touvron et al. 2021, Section 4; needs ``pool='cls'``). In training
+            the model returns both heads' logits, for :func:`~vit_tutorial.engine.fit`
+            with ``teacher=``; in eval, their mean.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
@@ -160,10 +164,17 @@ class ViTConfig(TransformerConfig):
     pool: str = "cls"
     dynamic_image_size: bool = False
     stem: str = "patch"
+    distilled: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_bool("dynamic_image_size", self.dynamic_image_size)
+        check_bool("distilled", self.distilled)
+        if self.distilled and self.pool != "cls":
+            raise ValueError(
+                f"distilled=True needs pool='cls' (the distillation token sits next to the "
+                f"class token), got pool={self.pool!r}"
+            )
         for name, valid in [("pool", ("cls", "mean")), ("stem", ("patch", "conv"))]:
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")
@@ -195,7 +206,7 @@ class VisionTransformer(nn.Module):
     Attributes:
         config: the :class:`ViTConfig` the model was built from.
         grid_size: the patch grid ``(Gh, Gw)`` of ``image_size``.
-        num_prefix_tokens: 1 with a class token, else 0.
+        num_prefix_tokens: 1 with a class token, 2 with a distillation token too, else 0.
         pos_embed: the position encoding the config names: a
             :class:`~vit_tutorial.positional.LearnedPositionalEmbedding`, a
             :class:`~vit_tutorial.positional.SinusoidalEmbedding2D`, a list of one
@@ -222,8 +233,9 @@ class VisionTransformer(nn.Module):
             strict_image_size=not c.dynamic_image_size,
         )
         self.grid_size = self.patch_embed.grid_size
-        self.num_prefix_tokens = int(c.class_token)
+        self.num_prefix_tokens = int(c.class_token) + int(c.distilled)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.distilled else None
         self.pos_embed = self._position_encoding()
         self.pos_drop = nn.Dropout(c.dropout)
         self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.drop_path, **c.block_options())
@@ -231,10 +243,12 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
         self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)
+        self.head_dist = nn.Linear(c.dim, c.num_classes) if c.distilled else None
         self.apply(init_weights)
         nn.init.zeros_(self.head.weight)  # zero head, as in the paper and torchvision
-        if self.cls_token is not None:
-            nn.init.trunc_normal_(self.cls_token, std=0.02, a=-0.04, b=0.04)
+        for token in (self.cls_token, self.dist_token):
+            if token is not None:
+                nn.init.trunc_normal_(token, std=0.02, a=-0.04, b=0.04)
 
     def _position_encoding(self) -> nn.Module | None:
         """The module of ``config.pos_embed`` (see the ``pos_embed`` attribute)."""
@@ -253,8 +267,10 @@ class VisionTransformer(nn.Module):
         """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
         x = self.patch_embed(images)  # (B, N, D), N = Gh·Gw; checks the images
         grid = self.patch_embed.grid_size_for(tuple(images.shape[-2:]))
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, T, D)
+        prefix = [
+            t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None
+        ]
+        x = torch.cat([*prefix, x], dim=1)  # (B, T, D): [class, distillation,] patches
         biases = None
         if self.config.pos_embed == "relative":
             biases = [rpb() for rpb in self.pos_embed]  # h × T × T each
@@ -267,13 +283,24 @@ class VisionTransformer(nn.Module):
         x, biases = self._tokens(images)
         return self.norm(self.encoder(x, biases))
 
-    def forward_head(self, tokens: Tensor) -> Tensor:
-        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify."""
-        pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
-        return self.head(self.fc_norm(pooled))
+    def forward_head(self, tokens: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify.
 
-    def forward(self, images: Tensor) -> Tensor:
-        """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``."""
+        With a distillation token: ``(class logits, distillation logits)`` in training,
+        their mean in eval (DeiT's inference, Section 5.2).
+        """
+        pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
+        logits = self.head(self.fc_norm(pooled))
+        if self.head_dist is None:
+            return logits
+        distill_logits = self.head_dist(tokens[:, 1])  # the distillation token's output
+        return (logits, distill_logits) if self.training else (logits + distill_logits) / 2
+
+    def forward(self, images: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``.
+
+        A model with ``distilled=True`` returns both heads' logits in training.
+        """
         return self.forward_head(self.forward_features(images))
 
     def attention_maps(self, images: Tensor) -> list[Tensor]:
@@ -286,7 +313,7 @@ class VisionTransformer(nn.Module):
         return {
             name
             for name, _ in self.named_parameters()
-            if name == "cls_token" or name.startswith("pos_embed.")
+            if name in ("cls_token", "dist_token") or name.startswith("pos_embed.")
         }
 
 
@@ -321,8 +348,9 @@ def vit_flops(config: ViTConfig) -> int:
     counts); only the matrix products are counted: the patch projection ``2·N·C·P²·D``,
     per block ``2T·D·3D`` (q, k, v), ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output
     projection) and ``2·2T·D·rD`` (MLP), and the head ``2·D·K``, with ``N`` patches and
-    ``T`` tokens (``N + 1`` with a class token). LayerNorm, softmax, GELU and additions are
-    left out. Only the patch stem is covered.
+    ``T`` tokens (``N + 1`` with a class token, ``N + 2`` with a distillation token too,
+    which adds a second head). LayerNorm, softmax, GELU and additions are left out. Only
+    the patch stem is covered.
 
     Example:
         >>> round(vit_flops(PRESETS["vit_base_patch16_224"]) / 1e9, 2)  # GFLOPs of ViT-B/16
@@ -333,10 +361,10 @@ def vit_flops(config: ViTConfig) -> int:
         raise ValueError(f"vit_flops covers the patch stem only, got stem={c.stem!r}")
     (gh, gw), (ph, pw) = patch_grid(c.image_size, c.patch_size), pair(c.patch_size)
     N, D, hidden = gh * gw, c.dim, int(c.dim * c.mlp_ratio)
-    T = N + int(c.class_token)
+    T = N + int(c.class_token) + int(c.distilled)
     patches = 2 * N * c.in_channels * ph * pw * D
     block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + 2 * 2 * T * D * hidden
-    return patches + c.depth * block + 2 * D * c.num_classes
+    return patches + c.depth * block + (1 + int(c.distilled)) * 2 * D * c.num_classes
 
 
 def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
