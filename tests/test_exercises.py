@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from einops import rearrange
+from timm.models.vision_transformer import global_pool_nlc
 
 import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
@@ -50,6 +52,11 @@ def top_k(model, images, k):
     return logits.softmax(-1).topk(k, dim=-1)
 
 
+def pooled(tokens, pool, num_prefix_tokens):
+    """timm's pooling: its 'token' is our 'cls', its 'avg' our 'mean'."""
+    return global_pool_nlc(tokens, {"cls": "token", "mean": "avg"}[pool], num_prefix_tokens)
+
+
 def lr_at(step, lr, warmup_steps, total_steps):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = warmup_cosine(optimizer, warmup_steps, total_steps)
@@ -81,8 +88,12 @@ REFERENCES = {
     "check_block_forward": lambda block, x: block(x),
     "check_param_count": param_count,
     "check_predict": top_k,
+    "check_pooling": pooled,
     "check_lr_schedule": lr_at,
     "check_param_groups": param_groups,
+    "check_smoothed_cross_entropy": lambda logits, targets, eps: F.cross_entropy(
+        logits, targets, label_smoothing=eps
+    ),
     "check_axial_attention": along,
     "check_axial_scores": axial_scores,
 }
@@ -129,6 +140,10 @@ FLOAT64 = {
     "check_drop_path": lambda x, p, training: drop_path(x.double(), p, training),
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
     "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
+    "check_pooling": lambda tokens, pool, k: pooled(tokens.double(), pool, k),
+    "check_smoothed_cross_entropy": lambda logits, targets, eps: F.cross_entropy(
+        logits.double(), targets, label_smoothing=eps
+    ),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
 }
 
@@ -219,6 +234,28 @@ def count_without(term):
     return count
 
 
+def mean_with_class_token(tokens, pool, num_prefix_tokens):
+    return tokens[:, 0] if pool == "cls" else tokens.mean(dim=1)
+
+
+def smoothed_target(logits, targets, eps, others):
+    """ε/others on every class, plus 1 - ε on the true one."""
+    q = torch.full_like(logits, eps / others)
+    q[torch.arange(len(targets)), targets] += 1 - eps
+    return q
+
+
+def smoothed_over_k_minus_1(logits, targets, eps):
+    q = smoothed_target(logits, targets, eps, logits.shape[-1] - 1)
+    q[torch.arange(len(targets)), targets] = 1 - eps  # the true class gets no share
+    return -(q * logits.log_softmax(-1)).sum(-1).mean()
+
+
+def smoothed_with_probabilities(logits, targets, eps):
+    q = smoothed_target(logits, targets, eps, logits.shape[-1])
+    return -(q * logits.softmax(-1)).sum(-1).mean()  # p where log p belongs
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -233,6 +270,22 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_lr_schedule", warmup_one_step_early, "one step early"),
     ("check_param_count", count_without("final LayerNorm"), "final LayerNorm"),
     ("check_param_count", count_without("bias"), "bias of the patch embedding"),
+    ("check_pooling", mean_with_class_token, "averaged the class token in"),
+    ("check_pooling", lambda x, pool, k: x[:, -1], "took the last token"),
+    ("check_pooling", lambda x, pool, k: x[:, 0] if pool == "cls" else x.mean(0), "batch axis"),
+    ("check_pooling", lambda x, pool, k: x.mean(-1), "feature axis"),
+    ("check_smoothed_cross_entropy", smoothed_over_k_minus_1, "over the K - 1 = 9 other classes"),
+    (
+        "check_smoothed_cross_entropy",
+        lambda logits, y, eps: F.cross_entropy(logits, y, label_smoothing=eps, reduction="none"),
+        "one loss per image",
+    ),
+    (
+        "check_smoothed_cross_entropy",
+        lambda logits, y, eps: F.cross_entropy(logits, y, label_smoothing=eps, reduction="sum"),
+        "summed the losses of the batch",
+    ),
+    ("check_smoothed_cross_entropy", smoothed_with_probabilities, "the probabilities p"),
     # Mistakes the chapters demonstrate, kept here for the line-width test below.
     ("check_block_forward", post_norm, "post-norm"),
     (

@@ -9,8 +9,12 @@ from vit_tutorial.exercises.axial import check_axial_attention, check_axial_scor
 from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path
 from vit_tutorial.exercises.patches import check_image_to_patches, check_patch_embedding
 from vit_tutorial.exercises.positional import check_relative_position_index, check_sinusoidal_2d
-from vit_tutorial.exercises.training import check_lr_schedule, check_param_groups
-from vit_tutorial.exercises.vit import check_param_count, check_predict
+from vit_tutorial.exercises.training import (
+    check_lr_schedule,
+    check_param_groups,
+    check_smoothed_cross_entropy,
+)
+from vit_tutorial.exercises.vit import check_param_count, check_pooling, check_predict
 
 __all__ = [
     "check_attention",
@@ -26,9 +30,11 @@ __all__ = [
     # vit
     "check_param_count",
     "check_predict",
+    "check_pooling",
     # training
     "check_lr_schedule",
     "check_param_groups",
+    "check_smoothed_cross_entropy",
     # axial
     "check_axial_attention",
     "check_axial_scores",
