@@ -89,8 +89,8 @@ def warmup_cosine(
     """Linear warm-up to the peak ``lr``, then cosine decay towards 0.
 
     Step ``t`` (counting from 0) uses ``lr · (t + 1) / (w + 1)`` for ``t < w`` and
-    ``lr · (1 + cos(π (t - w) / (T - w))) / 2`` after, with ``w = warmup_steps`` and
-    ``T = total_steps``. Both parts come from :mod:`torch.optim.lr_scheduler` (``LinearLR``,
+    ``lr · (1 + cos(π (t - w) / (S - w))) / 2`` after, with ``w = warmup_steps`` and
+    ``S = total_steps``. Both parts come from :mod:`torch.optim.lr_scheduler` (``LinearLR``,
     ``CosineAnnealingLR``), chained by ``SequentialLR``. Call ``scheduler.step()`` after
     every optimiser step.
 

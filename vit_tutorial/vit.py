@@ -2,8 +2,9 @@
 
 .. code-block:: text
 
-    images (B, C, H, W) -> stem -> (B, N, D) -> [class token] -> + position -> Encoder
-      -> LayerNorm -> class token or mean of tokens -> Linear head -> logits (B, num_classes)
+    images (B, C, H, W) -> stem -> (B, N, D) -> [class token] (B, T, D) -> + position
+      -> Encoder -> LayerNorm -> class token or mean of tokens -> Linear head
+      -> logits (B, num_classes)
 
 Three ways to build one, all ending in a :class:`ViTConfig`:
 
@@ -17,7 +18,8 @@ Three ways to build one, all ending in a :class:`ViTConfig`:
 Parameter names follow timm, and :mod:`vit_tutorial.interop` loads timm and torchvision
 weights with identical logits. :func:`vit_flops` counts the cost of a configuration and
 :func:`attention_rollout` follows attention through the blocks.
-Shapes: B batch, C channels, H×W pixels, P patch size, Gh×Gw grid, N tokens, D width.
+Shapes: B batch, C channels, H×W pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches,
+T tokens (N + 1 with a class token, else N), D width.
 """
 
 from __future__ import annotations
@@ -248,25 +250,25 @@ class VisionTransformer(nn.Module):
         return None
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, list[Tensor] | None]:
-        """Embedded tokens ``(B, N, D)`` entering the encoder, and the per-block biases."""
-        x = self.patch_embed(images)  # (B, Gh·Gw, D); checks the images
+        """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
+        x = self.patch_embed(images)  # (B, N, D), N = Gh·Gw; checks the images
         grid = self.patch_embed.grid_size_for(tuple(images.shape[-2:]))
         if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, N, D)
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, T, D)
         biases = None
         if self.config.pos_embed == "relative":
-            biases = [rpb() for rpb in self.pos_embed]  # h × N × N each
+            biases = [rpb() for rpb in self.pos_embed]  # h × T × T each
         elif self.pos_embed is not None:
             x = self.pos_embed(x, grid)
         return self.pos_drop(x), biases
 
     def forward_features(self, images: Tensor) -> Tensor:
-        """Tokens ``(B, N, D)`` after the encoder and, for ``pool='cls'``, the final LayerNorm."""
+        """Tokens ``(B, T, D)`` after the encoder and, for ``pool='cls'``, the final LayerNorm."""
         x, biases = self._tokens(images)
         return self.norm(self.encoder(x, biases))
 
     def forward_head(self, tokens: Tensor) -> Tensor:
-        """Pool tokens ``(B, N, D)`` (class token or mean), normalise if 'mean', classify."""
+        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify."""
         pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
         return self.head(self.fc_norm(pooled))
 
@@ -275,7 +277,7 @@ class VisionTransformer(nn.Module):
         return self.forward_head(self.forward_features(images))
 
     def attention_maps(self, images: Tensor) -> list[Tensor]:
-        """The attention weights of every block: a list of ``depth`` tensors ``(B, h, N, N)``."""
+        """The attention weights of every block: a list of ``depth`` tensors ``(B, h, T, T)``."""
         x, biases = self._tokens(images)
         return self.encoder.forward_with_weights(x, biases)[1]
 
@@ -345,12 +347,12 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
     ``R = Â_L ··· Â_2 Â_1``.
 
     Args:
-        maps: attention weights of each block, ``(B, h, N, N)`` each, in order, as
+        maps: attention weights of each block, ``(B, h, T, T)`` each, in order, as
             :meth:`VisionTransformer.attention_maps` returns them.
         residual: weight of the identity.
 
     Returns:
-        ``(B, N, N)``; row ``n`` says how much output token ``n`` draws on each input token.
+        ``(B, T, T)``; row ``t`` says how much output token ``t`` draws on each input token.
 
     Example:
         >>> uniform = [torch.full((1, 2, 4, 4), 0.25)] * 3
@@ -361,9 +363,9 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
         raise ValueError("attention_rollout needs the maps of at least one block")
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"residual must be in [0, 1], got {residual}")
-    eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (N, N)
+    eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
     result = eye
     for a in maps:
-        a = (1 - residual) * a.mean(dim=1) + residual * eye  # (B, N, N)
+        a = (1 - residual) * a.mean(dim=1) + residual * eye  # (B, T, T)
         result = (a / a.sum(dim=-1, keepdim=True)) @ result
     return result
