@@ -256,6 +256,42 @@ def smoothed_with_probabilities(logits, targets, eps):
     return -(q * logits.softmax(-1)).sum(-1).mean()  # p where log p belongs
 
 
+def pooling_with(pool, mistake):
+    """A pooling that is right except for ``mistake`` when ``pool`` is asked for."""
+    wrong = {
+        "normalised": lambda x, k: torch.nn.functional.layer_norm(x[:, 0], x.shape[-1:]),
+        "sum": lambda x, k: x[:, k:].sum(dim=1),
+        "mean": lambda x, k: x[:, k:].mean(dim=1),
+        "skip one": lambda x, k: x[:, 1:].mean(dim=1),
+        "keep axis": lambda x, k: x[:, k:].mean(dim=1, keepdim=True),
+    }[mistake]
+
+    def answer(tokens, kind, num_prefix_tokens):
+        if kind == pool:
+            return wrong(tokens, num_prefix_tokens)
+        return pooled(tokens, kind, num_prefix_tokens)
+
+    return answer
+
+
+def smoothed_loss(mistake):
+    """The label-smoothed loss with one usual mistake."""
+
+    def loss(logits, targets, eps):
+        K, rows = logits.shape[-1], torch.arange(len(targets))
+        q = smoothed_target(logits, targets, eps, K)
+        if mistake == "no share":
+            q[rows, targets] = 1 - eps
+        if mistake == "one-hot":
+            q = torch.nn.functional.one_hot(targets, K).to(logits.dtype)
+        log_p = logits.log_softmax(0 if mistake == "dim=0" else -1)
+        per_class = -(q * log_p)
+        value = (per_class.mean(-1) if mistake == "class mean" else per_class.sum(-1)).mean()
+        return -value if mistake == "sign" else value
+
+    return loss
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -286,6 +322,16 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
         "summed the losses of the batch",
     ),
     ("check_smoothed_cross_entropy", smoothed_with_probabilities, "the probabilities p"),
+    ("check_pooling", pooling_with("cls", "normalised"), "normalised the pooled vector"),
+    ("check_pooling", pooling_with("mean", "sum"), "summed the patch tokens"),
+    ("check_pooling", pooling_with("cls", "mean"), "not an average"),
+    ("check_pooling", pooling_with("mean", "skip one"), "skipped token 0"),
+    ("check_pooling", pooling_with("mean", "keep axis"), "token axis is still there"),
+    ("check_smoothed_cross_entropy", smoothed_loss("no share"), "not 1 - ε"),
+    ("check_smoothed_cross_entropy", smoothed_loss("one-hot"), "smoothing is missing"),
+    ("check_smoothed_cross_entropy", smoothed_loss("dim=0"), "over the batch (dim=0)"),
+    ("check_smoothed_cross_entropy", smoothed_loss("class mean"), "averaged over the K classes"),
+    ("check_smoothed_cross_entropy", smoothed_loss("sign"), "the sign is wrong"),
     # Mistakes the chapters demonstrate, kept here for the line-width test below.
     ("check_block_forward", post_norm, "post-norm"),
     (
