@@ -12,7 +12,11 @@ from torch.utils.data import TensorDataset
 import vit_tutorial.engine as engine
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import evaluate, fit, param_groups, predict, resolve_device, warmup_cosine
-from vit_tutorial.exercises import check_lr_schedule, check_param_groups
+from vit_tutorial.exercises import (
+    check_lr_schedule,
+    check_param_groups,
+    check_smoothed_cross_entropy,
+)
 from vit_tutorial.exercises.training import _lr_at
 
 from checker_messages import wrapped
@@ -329,7 +333,7 @@ def test_check_lr_schedule_accepts_the_formula(capsys):
             lambda t, lr, w, T: (
                 _lr_at(t, lr, w, T) if t < w else lr * (1 + math.cos(math.pi * t / T)) / 2
             ),
-            r"phase is π\(t - w\)/\(T - w\)",
+            r"phase is π\(t - w\)/\(S - w\)",
         ),
         (
             lambda t, lr, w, T: (
@@ -467,3 +471,53 @@ def test_distillation_mistakes_are_named():
         fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, teacher=Constant(0))
     with pytest.raises(TypeError, match="teacher must be an nn.Module, got function"):
         fit(tiny_vit(), loaders()[0], None, **{**ARGS, "epochs": 1}, teacher=lambda x: x)
+
+
+def smoothed(logits, targets, eps, others=None, true_share=True, log=True, dim=-1):
+    """-Σ q log p averaged over the batch, and the usual ways to get it wrong."""
+    K = logits.shape[-1]
+    q = torch.full_like(logits, eps / (others or K))
+    q[torch.arange(len(targets)), targets] = 1 - eps + (eps / K if true_share else 0)
+    p = logits.log_softmax(dim) if log else logits.softmax(dim)
+    return -(q * p).sum(-1).mean()
+
+
+def test_check_smoothed_cross_entropy_accepts_the_formula(capsys):
+    check_smoothed_cross_entropy(smoothed)
+    assert capsys.readouterr().out.startswith("Correct! check_smoothed_cross_entropy")
+
+
+def test_check_smoothed_cross_entropy_accepts_a_loss_of_shape_1():
+    check_smoothed_cross_entropy(lambda logits, y, eps: smoothed(logits, y, eps).reshape(1))
+
+
+def test_the_formula_is_torchs_label_smoothing():
+    logits, targets = torch.randn(8, 5), torch.randint(5, (8,))
+    for eps in (0.0, 0.1, 0.5):
+        want = F.cross_entropy(logits, targets, label_smoothing=eps)
+        assert torch.allclose(smoothed(logits, targets, eps), want, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (lambda x, y, e: smoothed(x, y, e, others=x.shape[-1] - 1, true_share=False), "K - 1"),
+        (lambda x, y, e: smoothed(x, y, e, true_share=False), "not 1 - ε"),
+        (lambda x, y, e: smoothed(x, y, e, log=False), "used the probabilities p"),
+        (lambda x, y, e: F.cross_entropy(x, y), "smoothing is missing"),
+        (lambda x, y, e: smoothed(x, y, e, dim=0), r"over the batch \(dim=0\)"),
+        (lambda x, y, e: smoothed(x, y, e) * len(y), "summed the losses of the batch"),
+        (lambda x, y, e: smoothed(x, y, e) / x.shape[-1], "averaged over the K classes"),
+        (lambda x, y, e: -smoothed(x, y, e), "the sign is wrong"),
+        (
+            lambda x, y, e: F.cross_entropy(x, y, label_smoothing=e, reduction="none"),
+            r"one loss per image, shape \(6,\)",
+        ),
+        (lambda x, y, e: smoothed(x, y, e).item(), "return a tensor, got float"),
+        (lambda x, y, e: torch.zeros(2), r"one number, got shape \(2,\)"),
+        (lambda x, y, e: smoothed(x, y, e) + 0.01, "want 6.3432; compare with the formula"),
+    ],
+)
+def test_check_smoothed_cross_entropy_explains_mistakes(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_smoothed_cross_entropy(wrong)

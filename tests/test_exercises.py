@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from einops import rearrange
+from timm.models.vision_transformer import global_pool_nlc
 
 import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
@@ -62,6 +64,11 @@ def top_k(model, images, k):
     return logits.softmax(-1).topk(k, dim=-1)
 
 
+def pooled(tokens, pool, num_prefix_tokens):
+    """timm's pooling: its 'token' is our 'cls', its 'avg' our 'mean'."""
+    return global_pool_nlc(tokens, {"cls": "token", "mean": "avg"}[pool], num_prefix_tokens)
+
+
 def lr_at(step, lr, warmup_steps, total_steps):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = warmup_cosine(optimizer, warmup_steps, total_steps)
@@ -98,8 +105,12 @@ REFERENCES = {
     "check_layer_norm": layer_norm,
     "check_param_count": param_count,
     "check_predict": top_k,
+    "check_pooling": pooled,
     "check_lr_schedule": lr_at,
     "check_param_groups": param_groups,
+    "check_smoothed_cross_entropy": lambda logits, targets, eps: F.cross_entropy(
+        logits, targets, label_smoothing=eps
+    ),
     "check_axial_attention": along,
     "check_axial_scores": axial_scores,
     "check_axial_mask": axial_mask,
@@ -154,6 +165,10 @@ FLOAT64 = {
     "check_block_forward": lambda block, x: copy.deepcopy(block).double()(x.double()),
     "check_layer_norm": lambda x, w, b, eps: layer_norm(x.double(), w.double(), b.double(), eps),
     "check_predict": lambda model, images, k: top_k(model.double(), images.double(), k),
+    "check_pooling": lambda tokens, pool, k: pooled(tokens.double(), pool, k),
+    "check_smoothed_cross_entropy": lambda logits, targets, eps: F.cross_entropy(
+        logits.double(), targets, label_smoothing=eps
+    ),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
     "check_axial_mask": lambda grid_size, axis: axial_mask(grid_size, axis).double(),
 }
@@ -315,6 +330,64 @@ def biased(x, dims):
     return x.var(dims, unbiased=False, keepdim=True)
 
 
+def mean_with_class_token(tokens, pool, num_prefix_tokens):
+    return tokens[:, 0] if pool == "cls" else tokens.mean(dim=1)
+
+
+def smoothed_target(logits, targets, eps, others):
+    """ε/others on every class, plus 1 - ε on the true one."""
+    q = torch.full_like(logits, eps / others)
+    q[torch.arange(len(targets)), targets] += 1 - eps
+    return q
+
+
+def smoothed_over_k_minus_1(logits, targets, eps):
+    q = smoothed_target(logits, targets, eps, logits.shape[-1] - 1)
+    q[torch.arange(len(targets)), targets] = 1 - eps  # the true class gets no share
+    return -(q * logits.log_softmax(-1)).sum(-1).mean()
+
+
+def smoothed_with_probabilities(logits, targets, eps):
+    q = smoothed_target(logits, targets, eps, logits.shape[-1])
+    return -(q * logits.softmax(-1)).sum(-1).mean()  # p where log p belongs
+
+
+def pooling_with(pool, mistake):
+    """A pooling that is right except for ``mistake`` when ``pool`` is asked for."""
+    wrong = {
+        "normalised": lambda x, k: torch.nn.functional.layer_norm(x[:, 0], x.shape[-1:]),
+        "sum": lambda x, k: x[:, k:].sum(dim=1),
+        "mean": lambda x, k: x[:, k:].mean(dim=1),
+        "skip one": lambda x, k: x[:, 1:].mean(dim=1),
+        "keep axis": lambda x, k: x[:, k:].mean(dim=1, keepdim=True),
+    }[mistake]
+
+    def answer(tokens, kind, num_prefix_tokens):
+        if kind == pool:
+            return wrong(tokens, num_prefix_tokens)
+        return pooled(tokens, kind, num_prefix_tokens)
+
+    return answer
+
+
+def smoothed_loss(mistake):
+    """The label-smoothed loss with one usual mistake."""
+
+    def loss(logits, targets, eps):
+        K, rows = logits.shape[-1], torch.arange(len(targets))
+        q = smoothed_target(logits, targets, eps, K)
+        if mistake == "no share":
+            q[rows, targets] = 1 - eps
+        if mistake == "one-hot":
+            q = torch.nn.functional.one_hot(targets, K).to(logits.dtype)
+        log_p = logits.log_softmax(0 if mistake == "dim=0" else -1)
+        per_class = -(q * log_p)
+        value = (per_class.mean(-1) if mistake == "class mean" else per_class.sum(-1)).mean()
+        return -value if mistake == "sign" else value
+
+    return loss
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -403,6 +476,32 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_lr_schedule", warmup_one_step_early, "one step early"),
     ("check_param_count", count_without("final LayerNorm"), "final LayerNorm"),
     ("check_param_count", count_without("bias"), "bias of the patch embedding"),
+    ("check_pooling", mean_with_class_token, "averaged the class token in"),
+    ("check_pooling", lambda x, pool, k: x[:, -1], "took the last token"),
+    ("check_pooling", lambda x, pool, k: x[:, 0] if pool == "cls" else x.mean(0), "batch axis"),
+    ("check_pooling", lambda x, pool, k: x.mean(-1), "feature axis"),
+    ("check_smoothed_cross_entropy", smoothed_over_k_minus_1, "over the K - 1 = 9 other classes"),
+    (
+        "check_smoothed_cross_entropy",
+        lambda logits, y, eps: F.cross_entropy(logits, y, label_smoothing=eps, reduction="none"),
+        "one loss per image",
+    ),
+    (
+        "check_smoothed_cross_entropy",
+        lambda logits, y, eps: F.cross_entropy(logits, y, label_smoothing=eps, reduction="sum"),
+        "summed the losses of the batch",
+    ),
+    ("check_smoothed_cross_entropy", smoothed_with_probabilities, "the probabilities p"),
+    ("check_pooling", pooling_with("cls", "normalised"), "normalised the pooled vector"),
+    ("check_pooling", pooling_with("mean", "sum"), "summed the patch tokens"),
+    ("check_pooling", pooling_with("cls", "mean"), "not an average"),
+    ("check_pooling", pooling_with("mean", "skip one"), "skipped token 0"),
+    ("check_pooling", pooling_with("mean", "keep axis"), "token axis is still there"),
+    ("check_smoothed_cross_entropy", smoothed_loss("no share"), "not 1 - ε"),
+    ("check_smoothed_cross_entropy", smoothed_loss("one-hot"), "smoothing is missing"),
+    ("check_smoothed_cross_entropy", smoothed_loss("dim=0"), "over the batch (dim=0)"),
+    ("check_smoothed_cross_entropy", smoothed_loss("class mean"), "averaged over the K classes"),
+    ("check_smoothed_cross_entropy", smoothed_loss("sign"), "the sign is wrong"),
     # Mistakes the chapters demonstrate, kept here for the line-width test below.
     ("check_block_forward", post_norm, "post-norm"),
     (

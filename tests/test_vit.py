@@ -5,11 +5,13 @@ import io
 
 import pytest
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 from torchvision.models import vit_h_14
 
-from vit_tutorial.exercises import check_param_count, check_predict
+from vit_tutorial.exercises import check_param_count, check_pooling, check_predict
+from vit_tutorial.exercises.vit import _pool
 from vit_tutorial.patches import ConvStem
 from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, create_vit
@@ -419,6 +421,74 @@ def test_check_predict_accepts_a_correct_solution(capsys):
 def test_check_predict_explains_each_mistake(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_predict(wrong)
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_pooling_reference_is_what_the_model_does(pool):
+    """The checker's convention: ``head(fc_norm(pool(forward_features(x))))`` is the model."""
+    model = VisionTransformer(**SMALL, pool=pool).eval()
+    nn.init.normal_(model.head.weight, std=0.5)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens = model.forward_features(x)
+        pooled = _pool(tokens, pool, model.num_prefix_tokens)
+        assert torch.allclose(model.head(model.fc_norm(pooled)), model(x), atol=1e-6)
+
+
+def pool_by_einsum(tokens, pool, num_prefix_tokens):
+    """Another correct answer: a weighted sum over the tokens."""
+    weights = torch.zeros(tokens.shape[1], dtype=tokens.dtype)
+    if pool == "cls":
+        weights[0] = 1
+    else:
+        weights[num_prefix_tokens:] = 1 / (tokens.shape[1] - num_prefix_tokens)
+    return torch.einsum("btd,t->bd", tokens, weights)
+
+
+def test_check_pooling_accepts_another_method(capsys):
+    check_pooling(pool_by_einsum)
+    assert capsys.readouterr().out.startswith("Correct! check_pooling")
+
+
+def _by_pool(cls, mean):
+    return lambda x, pool, k: cls(x, k) if pool == "cls" else mean(x, k)
+
+
+def _first(x, k):
+    return x[:, 0]
+
+
+def _pool_mean(x, k):
+    return x[:, k:].mean(1)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (_by_pool(_first, lambda x, k: x.mean(1)), r"averaged the class token in.*tokens\[:, 1:\]"),
+        (_by_pool(lambda x, k: x[:, -1], lambda x, k: x[:, k:].mean(1)), "the last token"),
+        (_by_pool(lambda x, k: x.mean(1), lambda x, k: x[:, k:].mean(1)), "not an average"),
+        (_by_pool(_first, lambda x, k: x[:, k:].mean(0)), r"batch axis \(dim=0\)"),
+        (_by_pool(_first, lambda x, k: x[0]), "indexed the batch axis"),
+        (_by_pool(_first, lambda x, k: x[:, k:].mean(-1)), r"feature axis \(dim=-1\)"),
+        (_by_pool(_first, lambda x, k: x[:, 1:].mean(1)), "skipped token 0"),
+        (_by_pool(_first, lambda x, k: x[:, k:].sum(1)), "summed the patch tokens"),
+        (_by_pool(_first, lambda x, k: x[:, :1]), "token axis is still there"),
+        (
+            _by_pool(lambda x, k: F.layer_norm(x[:, 0], x.shape[-1:]), _pool_mean),
+            "you normalised the pooled vector",
+        ),
+        (_by_pool(_first, lambda x, k: x[:, k:].mean(1).tolist()), "return a tensor, got list"),
+    ],
+)
+def test_check_pooling_explains_each_mistake(wrong, message):
+    with pytest.raises(AssertionError, match=wrapped(message)):
+        check_pooling(wrong)
+
+
+def test_check_pooling_names_the_prefix_tokens_when_one_is_skipped_of_two():
+    with pytest.raises(AssertionError, match=wrapped(r"num_prefix_tokens=2 prefix tokens")):
+        check_pooling(_by_pool(_first, lambda x, k: x[:, min(k, 1) :].mean(1)))
 
 
 def test_vit_flops_equals_flop_counter_on_the_meta_device():

@@ -21,8 +21,12 @@ from vit_tutorial.exercises.positional import (
     check_resize_table,
     check_sinusoidal_2d,
 )
-from vit_tutorial.exercises.training import check_lr_schedule, check_param_groups
-from vit_tutorial.exercises.vit import check_param_count, check_predict
+from vit_tutorial.exercises.training import (
+    check_lr_schedule,
+    check_param_groups,
+    check_smoothed_cross_entropy,
+)
+from vit_tutorial.exercises.vit import check_param_count, check_pooling, check_predict
 
 __all__ = [
     "check_attention",
@@ -43,9 +47,11 @@ __all__ = [
     # vit
     "check_param_count",
     "check_predict",
+    "check_pooling",
     # training
     "check_lr_schedule",
     "check_param_groups",
+    "check_smoothed_cross_entropy",
     # axial
     "check_axial_attention",
     "check_axial_mask",

@@ -1,4 +1,5 @@
-"""Checkers for chapter 6: AdamW's parameter groups and the warm-up + cosine schedule."""
+"""Checkers for chapter 6: AdamW's parameter groups, the warm-up + cosine schedule, and the
+cross-entropy with label smoothing."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vit_tutorial.engine import param_groups, warmup_cosine
-from vit_tutorial.exercises._common import call_safely, checker, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = ["check_param_groups", "check_lr_schedule"]
+__all__ = ["check_param_groups", "check_lr_schedule", "check_smoothed_cross_entropy"]
 
 
 def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -29,8 +31,9 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
 
     It must return the learning rate that step ``step`` (from 0) uses under
     :func:`~vit_tutorial.engine.warmup_cosine`: ``lr · (t + 1) / (w + 1)`` during the
-    warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (T - w))) / 2``. The answer is
-    compared with the rates the torch schedulers actually produce.
+    warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (S - w))) / 2``, with
+    ``w = warmup_steps`` and ``S = total_steps``. The answer is compared with the rates the
+    torch schedulers actually produce.
 
     Raises:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
@@ -39,15 +42,15 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
         >>> check_lr_schedule(_lr_at)
         Correct! check_lr_schedule: matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.
     """
-    for lr, w, T in [(1e-3, 5, 50), (0.5, 10, 30), (2e-3, 1, 7)]:
+    for lr, w, S in [(1e-3, 5, 50), (0.5, 10, 30), (2e-3, 1, 7)]:
         optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
-        scheduler = warmup_cosine(optimizer, w, T)
-        for t in range(T):
+        scheduler = warmup_cosine(optimizer, w, S)
+        for t in range(S):
             want = optimizer.param_groups[0]["lr"]
             optimizer.step()
             scheduler.step()
-            where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={T}"
-            got = call_safely(fn, (t, lr, w, T), where)
+            where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={S}"
+            got = call_safely(fn, (t, lr, w, S), where)
             if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
                 continue
             where += f": got {got:.6g}, want {want:.6g}"
@@ -62,17 +65,17 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
                     f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
                     f"lr·(t + 1)/(w + 1), reaching lr at step w, where the cosine starts"
                 )
-            elif t < w and math.isclose(got, _lr_at(t, lr, 0, T), rel_tol=1e-6):
+            elif t < w and math.isclose(got, _lr_at(t, lr, 0, S), rel_tol=1e-6):
                 hint = "there is no warm-up: the rate must rise linearly during the first w steps"
             elif t >= w and math.isclose(
-                got, lr * (1 + math.cos(math.pi * t / T)) / 2, rel_tol=1e-6
+                got, lr * (1 + math.cos(math.pi * t / S)) / 2, rel_tol=1e-6
             ):
                 hint = (
-                    "the cosine must start after the warm-up: its phase is π(t - w)/(T - w), "
-                    "not πt/T, or the peak rate is never used"
+                    "the cosine must start after the warm-up: its phase is π(t - w)/(S - w), "
+                    "not πt/S, or the peak rate is never used"
                 )
             elif t >= w and math.isclose(
-                got, lr * math.cos(math.pi * (t - w) / (T - w)), rel_tol=1e-6, abs_tol=1e-12
+                got, lr * math.cos(math.pi * (t - w) / (S - w)), rel_tol=1e-6, abs_tol=1e-12
             ):
                 hint = "the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0"
             else:
@@ -199,3 +202,107 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         if decayed != want_decayed:
             raise AssertionError(_diagnose_decay(model, decayed, want_decayed))
     passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")
+
+
+def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, smoothing: float) -> Tensor:
+    """The reference, by formula: mean over the batch of -Σ_k q_k log p_k."""
+    K = logits.shape[-1]
+    q = torch.full_like(logits, smoothing / K)  # ε/K on every class ...
+    q[torch.arange(len(targets)), targets] += 1 - smoothing  # ... and 1 - ε on the true one
+    return -(q * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
+
+
+def _loss(q: Tensor, log_p: Tensor) -> Tensor:
+    """Mean over the batch of -Σ_k q_k log_p_k."""
+    return -(q * log_p).sum(dim=-1).mean()
+
+
+def _target(targets: Tensor, K: int, on_true: float, elsewhere: float) -> Tensor:
+    """``(B, K)`` targets: ``on_true`` on each image's class, ``elsewhere`` on the others."""
+    q = torch.full((len(targets), K), elsewhere, dtype=torch.float64)
+    q[torch.arange(len(targets)), targets] = on_true
+    return q
+
+
+def _smoothing_mistakes(logits: Tensor, targets: Tensor, eps: float) -> dict[str, Tensor]:
+    """The loss that each usual mistake computes, keyed by its explanation."""
+    logits = logits.double()
+    K, log_p = logits.shape[-1], logits.log_softmax(dim=-1)
+    q = _target(targets, K, 1 - eps + eps / K, eps / K)
+    want = _loss(q, log_p)
+    over_k_minus_1 = _target(targets, K, 1 - eps, eps / (K - 1))
+    return {
+        f"you spread ε over the K - 1 = {K - 1} other classes; the target puts ε/K on "
+        "every class, the true one included: q_k = (1 - ε)·[k = y] + ε/K": _loss(
+            over_k_minus_1, log_p
+        ),
+        "the true class must get 1 - ε + ε/K, not 1 - ε: it gets its share ε/K of the "
+        "smoothing too": _loss(_target(targets, K, 1 - eps, eps / K), log_p),
+        "you used the probabilities p where the loss takes their logarithm: "
+        "-Σ q_k log p_k, with log p from log_softmax(dim=-1)": _loss(q, log_p.exp()),
+        "the smoothing is missing: this is the cross-entropy of the one-hot target": _loss(
+            _target(targets, K, 1.0, 0.0), log_p
+        ),
+        "the log-softmax runs over the batch (dim=0): it must run over the classes (dim=-1)": _loss(
+            q, logits.log_softmax(dim=0)
+        ),
+        "you summed the losses of the batch: take their mean, as F.cross_entropy does": (
+            want * len(targets)
+        ),
+        "you averaged over the K classes: sum q_k log p_k over the classes, then average "
+        "over the batch": want / K,
+        "the sign is wrong: the loss is -Σ q_k log p_k, which is positive": -want,
+    }
+
+
+@checker
+def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
+    """Grade a learner's ``fn(logits, targets, smoothing) -> loss``.
+
+    ``logits`` are ``(B, K)``, ``targets`` ``(B,)`` class indices and ``smoothing`` ε; the
+    loss is the mean over the batch of ``-Σ_k q_k log p_k``, with the target
+    ``q_k = (1 - ε)·[k = y] + ε/K`` and ``p = softmax(logits)``: a 0-dimensional tensor,
+    equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_smoothed_cross_entropy(_smoothed_cross_entropy)
+        Correct! check_smoothed_cross_entropy: equal to torch's F.cross_entropy with
+        label_smoothing, on 3 cases.
+    """
+    cases = [(6, 10, 0.1), (4, 3, 0.3), (5, 7, 0.0)]  # B, K, ε
+    for B, K, eps in cases:
+        logits, targets = 3 * torch.randn(B, K), torch.randint(K, (B,))
+        where = f"B={B} images, K={K} classes, smoothing={eps}"
+        got = call_safely(fn, (logits.clone(), targets.clone(), eps), where)
+        want = F.cross_entropy(logits, targets, label_smoothing=eps)
+        if not isinstance(got, Tensor):
+            raise AssertionError(
+                f"for {where}: return a tensor, got {type(got).__name__}; a loss must stay "
+                "a tensor for loss.backward()"
+            )
+        if got.shape == (B,):
+            raise AssertionError(
+                f"for {where}: you return one loss per image, shape ({B},); take their "
+                "mean over the batch, a single number"
+            )
+        if got.numel() != 1:
+            raise AssertionError(f"for {where}: return one number, got shape {tuple(got.shape)}")
+        got = got.reshape(())
+        if close(got, want, atol=1e-5):
+            continue
+        hint = next(
+            (
+                why
+                for why, loss in _smoothing_mistakes(logits, targets, eps).items()
+                if close(got, loss, atol=1e-5)
+            ),
+            "compare with the formula of the chapter, term by term",
+        )
+        raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
+    passed(
+        "check_smoothed_cross_entropy",
+        f"equal to torch's F.cross_entropy with label_smoothing, on {len(cases)} cases.",
+    )

@@ -1,4 +1,5 @@
-"""Checkers for chapter 5: the parameter count of a ViT, and classification done right."""
+"""Checkers for chapter 5: the parameter count of a ViT, classification done right, and
+pooling the encoder's tokens into one vector per image."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from vit_tutorial.exercises._common import checker, close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
-__all__ = ["check_param_count", "check_predict"]
+__all__ = ["check_param_count", "check_predict", "check_pooling"]
 
 
 def _count(config: ViTConfig) -> int:
@@ -25,7 +26,7 @@ def _mistakes(c: ViTConfig) -> dict[int, str]:
     cannot tell which part is missing: the explanation lists every candidate.
     """
     D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
-    N = (c.image_size // c.patch_size) ** 2 + 1
+    T = (c.image_size // c.patch_size) ** 2 + 1  # tokens: N patches and the class token
     return {
         -D: f"off by D = {D}, one D-vector: the bias of the patch embedding (one per output "
         f"channel of the conv), the class token, or its row of the position table "
@@ -33,7 +34,7 @@ def _mistakes(c: ViTConfig) -> dict[int, str]:
         -2 * D: f"off by 2·D = {2 * D}: the final LayerNorm (after the last block, a scale γ "
         f"and a shift β of D numbers each) is missing, or two D-vectors among the "
         f"patch embedding's bias, the class token and its position row",
-        -N * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
+        -T * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
         -(L * 4 * D + 2 * D): "the LayerNorms are missing: two per block and one at the end, "
         "each with a scale γ and a shift β of D numbers",
         -(D + L * (3 * D + D + r + D) + K): "the biases of the convolution and the Linear "
@@ -183,3 +184,92 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
             "model(images).softmax(-1).topk(k) in eval mode"
         )
     passed("check_predict", f"eval mode, no autograd graph, softmax over the classes, top {k}.")
+
+
+def _pool(tokens: Tensor, pool: str, num_prefix_tokens: int) -> Tensor:
+    """The reference: the class token, or the mean of the tokens after the prefix ones."""
+    return tokens[:, 0] if pool == "cls" else tokens[:, num_prefix_tokens:].mean(dim=1)
+
+
+def _pooling_shape_hint(got: Tensor, tokens: Tensor) -> str:
+    """Why ``got`` does not have the shape ``(B, D)`` of a pooled batch of ``tokens``."""
+    B, T, D = tokens.shape
+    if got.shape == (T, D):
+        if close(got, tokens.mean(dim=0)):
+            return "you averaged over the batch axis (dim=0): average over the tokens, dim=1"
+        return "you indexed the batch axis: the tokens of image b are tokens[b], take tokens[:, i]"
+    if got.shape == (B, T):
+        return "you reduced the feature axis (dim=-1): each image keeps its D features"
+    if got.shape == (B, 1, D):
+        return "the token axis is still there: index it, tokens[:, 0], or mean(dim=1)"
+    return "pool over the token axis (dim=1) only"
+
+
+def _pooling_value_hint(got: Tensor, tokens: Tensor, pool: str, k: int) -> str:
+    """The usual mistake that gives ``got`` for ``pool`` with ``k`` prefix tokens, if any."""
+    want = _pool(tokens, pool, k)
+    if close(got, torch.nn.functional.layer_norm(want, want.shape[-1:])):
+        return (
+            "you normalised the pooled vector: leave that to the model (forward_features "
+            "has normalised the tokens for 'cls'; fc_norm normalises the mean for 'mean')"
+        )
+    if pool == "cls":
+        if close(got, tokens[:, -1]):
+            return "you took the last token: the class token is put in front, at index 0"
+        if close(got, tokens.mean(dim=1)) or close(got, tokens[:, k:].mean(dim=1)):
+            return "pool='cls' takes the class token alone, tokens[:, 0], not an average"
+        return "pool='cls' takes the class token, tokens[:, 0]"
+    if k > 0 and close(got, tokens.mean(dim=1)):
+        return (
+            f"you averaged the class token in: skip the num_prefix_tokens={k} prefix "
+            f"token(s) and average the patch tokens only, tokens[:, {k}:].mean(dim=1)"
+        )
+    if close(got, tokens[:, 1:].mean(dim=1)):
+        if k == 0:
+            return "you skipped token 0, but there is no prefix token here: average all T tokens"
+        return (
+            f"you skipped one token, but there are num_prefix_tokens={k} prefix tokens: "
+            f"average tokens[:, {k}:]"
+        )
+    if close(got, tokens[:, k:].sum(dim=1)):
+        return "you summed the patch tokens: divide by their number, or use mean(dim=1)"
+    if close(got, tokens[:, 0]):
+        return "pool='mean' averages the patch tokens; tokens[:, 0] is pool='cls'"
+    return f"pool='mean' is tokens[:, num_prefix_tokens:].mean(dim=1), here tokens[:, {k}:]"
+
+
+@checker
+def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
+    """Grade a learner's ``fn(tokens, pool, num_prefix_tokens) -> (B, D)``, the pooled tokens.
+
+    ``tokens`` ``(B, T, D)`` are what ``model.forward_features`` returns. ``pool='cls'``
+    takes the class token, ``tokens[:, 0]``; ``pool='mean'`` averages the tokens after the
+    ``num_prefix_tokens`` prefix tokens (class token, distillation token), as timm's
+    ``global_pool='avg'`` does; the package's mean-pooling model has no class token, so
+    there it averages all T tokens. No LayerNorm: the model applies it before ('cls') or
+    after ('mean') the pooling.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_pooling(_pool)
+        Correct! check_pooling: the class token, or the mean of the patch tokens, on 5 cases.
+    """
+    cases = [("cls", 1, 5), ("mean", 0, 4), ("mean", 1, 5), ("mean", 2, 6), ("cls", 2, 6)]
+    for pool, k, T in cases:
+        tokens = torch.randn(2, T, 8)
+        where = f"pool={pool!r}, num_prefix_tokens={k}, tokens of shape (B, T, D) = (2, {T}, 8)"
+        got = call_safely(fn, (tokens.clone(), pool, k), where)
+        if not isinstance(got, Tensor):
+            raise AssertionError(f"for {where}: return a tensor, got {type(got).__name__}")
+        if got.shape != (2, 8):
+            hint = _pooling_shape_hint(got, tokens)
+            raise AssertionError(
+                f"for {where}: expected shape (B, D) = (2, 8), got {tuple(got.shape)}; {hint}"
+            )
+        if not close(got, _pool(tokens, pool, k)):
+            raise AssertionError(f"for {where}: {_pooling_value_hint(got, tokens, pool, k)}")
+    passed(
+        "check_pooling", f"the class token, or the mean of the patch tokens, on {len(cases)} cases."
+    )
