@@ -79,6 +79,16 @@ def test_digits_ablation_quick(tmp_path):
         check_summary(variant)
 
 
+def test_fashion_mnist_target_quick(tmp_path):
+    record = run_quick("fashion_mnist_target.py", tmp_path / "fashion.json")
+    assert record["benchmark"] == "fashion_mnist_target" and record["quick"] is True
+    assert record["preset"] == "fashion-mnist-tiny" and record["target"]["met"] is None
+    check_provenance(record, "fashion_mnist_target.py", [0])
+    check_runs(record["runs"], record["test_images"], [0])
+    check_summary(record)
+    assert 0 <= record["runs"][0]["val_accuracy"] <= 1
+
+
 @pytest.mark.parametrize("name", ["digits_target", "digits_ablation"])
 def test_committed_results_are_full_runs_with_provenance(name):
     record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())

@@ -1,15 +1,18 @@
 """Tests for vit_tutorial/recipes.py: the presets and train_recipe."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from vit_tutorial.recipes import RECIPES, train_recipe
+from vit_tutorial.recipes import RECIPES, recipe_datasets, train_recipe
 from vit_tutorial.vit import VisionTransformer
 
 
 def test_presets_build_valid_models():
+    shapes = {"digits": (8, 1), "fashion-mnist": (28, 1), "cifar10": (32, 3)}
     for name, recipe in RECIPES.items():
-        size, channels = (8, 1) if recipe.dataset == "digits" else (32, 3)
+        size, channels = shapes[recipe.dataset]
         model = VisionTransformer(
             image_size=size, in_channels=channels, num_classes=10, **recipe.model
         )
@@ -37,3 +40,16 @@ def test_zero_or_negative_overrides_are_refused_not_replaced_by_the_preset(overr
     ((name, value),) = override.items()
     with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}"):
         train_recipe("digits-tiny", progress=False, **override)
+
+
+def test_fashion_mnist_recipe_validates_on_its_own_split_and_augments():
+    data = recipe_datasets(RECIPES["fashion-mnist"], seed=0)
+    assert (len(data.train), len(data.val), len(data.test)) == (55000, 5000, 10000)
+    assert data.train.transform is not None and data.val.transform is None
+    assert data.train_loader.batch_size == RECIPES["fashion-mnist"].batch_size
+
+
+def test_an_unknown_dataset_is_named():
+    recipe = dataclasses.replace(RECIPES["digits"], dataset="mnist")
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'; valid: 'digits'"):
+        recipe_datasets(recipe)

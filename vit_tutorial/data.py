@@ -381,28 +381,23 @@ def fashion_mnist_datasets(
 ) -> DataSplits:
     """Fashion-MNIST: 60,000 training and 10,000 test 28×28 grey images of 10 kinds of clothing.
 
-    The data is read with ``torchvision.datasets.FashionMNIST`` from
-    ``root/FashionMNIST/raw``. When the files are not there yet they are taken from Debian's
-    ``dataset-fashion-mnist`` package (:data:`FASHION_MNIST_DEBIAN_DIR`; each file is
-    checked whole before use), or else downloaded by torchvision; with neither, a clear error
-    comes within ``timeout`` seconds.
-
-    ``val_size`` images (10% of each class by default's 5,000) are held out of the training
-    set for validation, always the same ones; ``train_size`` then keeps a class-balanced
-    subset of the rest, nested across sizes (the 1,000 images are among the 4,000). The
-    test set is the official 10,000 images. Neither split depends on ``seed``, which only
-    shuffles the training loader.
+    Read by ``torchvision.datasets.FashionMNIST`` from ``root/FashionMNIST/raw``; missing
+    files come from Debian's ``dataset-fashion-mnist`` (:data:`FASHION_MNIST_DEBIAN_DIR`,
+    each checked whole), else torchvision downloads them; with neither, a clear error comes
+    within ``timeout`` seconds. ``val_size`` training images (500 per class by default) are
+    held out for validation, always the same ones; ``train_size`` keeps a class-balanced
+    subset of the rest, nested across sizes. The test set is the official 10,000 images.
+    ``seed`` only shuffles the training loader.
 
     Args:
         root: folder of the data (default :func:`data_root`: ``$VIT_TUTORIAL_DATA`` or
             ``~/.cache/vit_tutorial``).
         train_size: training images to keep, or ``None`` for all that remain.
         val_size: training images held out for validation (0: no validation split).
-        train_transform: a ``torchvision.transforms.v2`` pipeline applied to each training
-            image, given as a ``uint8`` tensor ``(1, 28, 28)``; validation and test images
-            are never augmented.
-        batch_transform: applied to each training batch ``(images, labels)`` after
-            collation, e.g. ``v2.RandomChoice([v2.MixUp(...), v2.CutMix(...)])``.
+        train_transform: a ``transforms.v2`` pipeline for each training image (a ``uint8``
+            tensor ``(1, 28, 28)``); validation and test images are never augmented.
+        batch_transform: applied to each collated training batch ``(images, labels)``,
+            e.g. ``v2.RandomChoice([v2.MixUp(...), v2.CutMix(...)])``.
         seed: seed of the training loader's shuffling.
         batch_size: training batch size per process.
         num_workers: loader worker processes.
@@ -410,14 +405,72 @@ def fashion_mnist_datasets(
         timeout: seconds to wait for the download server before giving up.
 
     Returns:
-        :class:`DataSplits` with ``val`` and ``val_loader``; images normalised with
-        :data:`FASHION_MNIST_MEAN` and :data:`FASHION_MNIST_STD`.
+        :class:`DataSplits` with ``val``; normalised by :data:`FASHION_MNIST_MEAN` and ``_STD``.
 
     Raises:
         ValueError: ``train_size`` or ``val_size`` out of range.
         FileNotFoundError: the files are missing and ``download`` is false.
         ConnectionError: the files are missing and the server cannot be reached.
     """
+    _check_sizes(train_size, val_size)
+    sets = _fashion_mnist_sets(data_root(root), download, timeout, train_size, val_size)
+    sets["train"].transform = train_transform
+    collate = _BatchTransform(batch_transform) if batch_transform else None
+    return _fashion_mnist_splits(
+        **sets, seed=seed, batch_size=batch_size, num_workers=num_workers, collate=collate
+    )
+
+
+def _fashion_mnist_sets(
+    root: Path, download: bool, timeout: float, train_size: int | None, val_size: int
+) -> dict[str, Any]:
+    """The ``train``, ``val`` (or ``None``) and ``test`` :class:`ImageTensors`, and ``classes``."""
+    (images, labels), (test_images, test_labels), classes = _fashion_mnist_tensors(
+        root, download, timeout
+    )
+    train_idx, val_idx = _train_val_indices(labels, train_size, val_size)
+    stats = {"mean": FASHION_MNIST_MEAN, "std": FASHION_MNIST_STD}
+    return {
+        "train": ImageTensors(images[train_idx], labels[train_idx], **stats),
+        "val": ImageTensors(images[val_idx], labels[val_idx], **stats) if val_size else None,
+        "test": ImageTensors(test_images, test_labels, **stats),
+        "classes": classes,
+    }
+
+
+def _fashion_mnist_splits(
+    train: Dataset,
+    val: Dataset | None,
+    test: Dataset,
+    classes: list[str],
+    *,
+    seed: int,
+    batch_size: int,
+    num_workers: int,
+    collate: Callable | None,
+) -> DataSplits:
+    """The :class:`DataSplits` of Fashion-MNIST's datasets, with their loaders."""
+    workers = num_workers
+    return DataSplits(
+        train=train,
+        test=test,
+        train_loader=make_loader(
+            train, batch_size, shuffle=True, seed=seed, num_workers=workers, collate_fn=collate
+        ),
+        test_loader=make_loader(test, 1000, shuffle=False, num_workers=workers),
+        image_size=28,
+        in_channels=1,
+        num_classes=10,
+        classes=classes,
+        mean=FASHION_MNIST_MEAN,
+        std=FASHION_MNIST_STD,
+        val=val,
+        val_loader=make_loader(val, 1000, shuffle=False) if val is not None else None,
+    )
+
+
+def _check_sizes(train_size: int | None, val_size: int) -> None:
+    """Raise TypeError or ValueError, naming the value, for sizes Fashion-MNIST cannot give."""
     check_int("val_size", val_size, minimum=0)
     if val_size > 50_000:
         raise ValueError(f"val_size must be at most 50000 of the 60000 images, got {val_size}")
@@ -428,41 +481,20 @@ def fashion_mnist_datasets(
                 f"train_size must be at most {60_000 - val_size} (60000 images minus "
                 f"val_size={val_size}), got {train_size}"
             )
-    (images, labels), (test_images, test_labels), classes = _fashion_mnist_tensors(
-        data_root(root), download, timeout
-    )
+
+
+def _train_val_indices(
+    labels: Tensor, train_size: int | None, val_size: int
+) -> tuple[Tensor, Tensor]:
+    """``(train, validation)`` indices: a fixed stratified validation split, then a fixed
+    class-balanced subset of the rest (nested across sizes)."""
     val_idx = stratified_indices(labels, val_size, seed=0)
     rest = torch.ones(len(labels), dtype=torch.bool)
     rest[val_idx] = False
     rest_idx = rest.nonzero().squeeze(1)
     if train_size is not None:
         rest_idx = rest_idx[stratified_indices(labels[rest_idx], train_size, seed=1)]
-    stats = {"mean": FASHION_MNIST_MEAN, "std": FASHION_MNIST_STD}
-    train = ImageTensors(images[rest_idx], labels[rest_idx], train_transform, **stats)
-    val = ImageTensors(images[val_idx], labels[val_idx], **stats) if val_size else None
-    test = ImageTensors(test_images, test_labels, **stats)
-    loader = make_loader(
-        train,
-        batch_size,
-        shuffle=True,
-        seed=seed,
-        num_workers=num_workers,
-        collate_fn=_BatchTransform(batch_transform) if batch_transform else None,
-    )
-    return DataSplits(
-        train=train,
-        test=test,
-        train_loader=loader,
-        test_loader=make_loader(test, 1000, shuffle=False, num_workers=num_workers),
-        image_size=28,
-        in_channels=1,
-        num_classes=10,
-        classes=classes,
-        mean=FASHION_MNIST_MEAN,
-        std=FASHION_MNIST_STD,
-        val=val,
-        val_loader=make_loader(val, 1000, shuffle=False) if val is not None else None,
-    )
+    return rest_idx, val_idx
 
 
 class _BatchTransform:
@@ -499,6 +531,24 @@ def _cifar10_transforms() -> tuple[Callable, Callable]:
     return (
         transforms.Compose([*train, transforms.ToTensor(), normalize]),
         transforms.Compose([transforms.ToTensor(), normalize]),
+    )
+
+
+def _check_cifar10_available(root: Path, download: bool, timeout: float) -> None:
+    """Raise unless CIFAR-10 is in ``root`` or its server can be reached for a download."""
+    if (root / "cifar-10-batches-py").is_dir():
+        return
+    if not download:
+        raise RuntimeError(
+            f"CIFAR-10 not found in {root}: it needs a download; "
+            f"call cifar10_datasets(root, download=True) with internet access"
+        )
+    _check_reachable(
+        CIFAR10_URL,
+        timeout,
+        "CIFAR-10 is not downloaded yet",
+        "It needs a one-time download of about 170 MB: run this on a machine with internet "
+        "access (e.g. Colab), or copy the extracted 'cifar-10-batches-py' folder into root",
     )
 
 
@@ -543,20 +593,7 @@ def cifar10_datasets(
 
     root = Path(root)
     train_tf, test_tf = _cifar10_transforms()
-    if not (root / "cifar-10-batches-py").is_dir():
-        if not download:
-            raise RuntimeError(
-                f"CIFAR-10 not found in {root}: it needs a download; "
-                f"call cifar10_datasets(root, download=True) with internet access"
-            )
-        _check_reachable(
-            CIFAR10_URL,
-            timeout,
-            "CIFAR-10 is not downloaded yet",
-            "It needs a one-time download of about 170 MB: run this on a machine with "
-            "internet access (e.g. Colab), or copy the extracted 'cifar-10-batches-py' "
-            "folder into root",
-        )
+    _check_cifar10_available(root, download, timeout)
     with _socket_timeout(timeout):  # a stalled download fails instead of hanging
         train = datasets.CIFAR10(root, train=True, transform=train_tf, download=download)
         test = datasets.CIFAR10(root, train=False, transform=test_tf, download=download)

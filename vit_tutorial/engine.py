@@ -12,7 +12,9 @@ ViT paper pre-trained with Adam and a linear decay instead. Its parts:
 * label smoothing, gradient clipping, bf16/fp16 autocast on GPUs;
 * soft labels (from Mixup or CutMix, as ``(B, K)`` probabilities) as well as class indices;
 * DeiT's hard distillation (chapter 8), for a model with a distillation token: pass
-  ``teacher=`` and the distillation head learns the teacher's predicted classes;
+  ``teacher=`` (used in eval mode, without gradients); the loss is then the mean of the
+  class head's cross-entropy with the labels and the distillation head's with the
+  teacher's predicted classes (Touvron et al. 2021, Section 4, "hard-label distillation");
 * a checkpoint after every epoch, written atomically; when the file already exists,
   :func:`fit` resumes from it and ends with the same weights as an uninterrupted run;
 * under ``torchrun`` (an initialised process group) the model is wrapped in
@@ -276,27 +278,21 @@ def fit(
         epochs: number of passes over ``train_loader``.
         lr: peak learning rate.
         weight_decay: AdamW weight decay of the weight matrices.
-        warmup_epochs: length of the linear warm-up, in epochs (fractions allowed; capped
-            below the length of the run).
+        warmup_epochs: linear warm-up length in epochs (fractions allowed; capped below the run).
         label_smoothing: label smoothing of the cross-entropy.
         grad_clip: clip the global gradient norm to this value, or ``None``.
         device: ``'auto'`` (the GPU when there is one), ``'cpu'``, ``'cuda'``, ...
         amp: ``'auto'`` (bf16 autocast on GPUs that support it, else fp16 with a grad
             scaler; nothing on the CPU), ``'bf16'``, ``'fp16'`` or ``None``.
-        progress: show a tqdm bar when the output is a terminal, else print one line
-            every tenth of the run; ``False`` is silent.
+        progress: a tqdm bar on a terminal, else a line every tenth of the run; or silent.
         checkpoint_path: save a checkpoint here after every epoch; if the file already
             exists, resume from it (the other arguments must be the same).
-        teacher: for a model whose training forward returns the logits of two heads
-            (``VisionTransformer(distilled=True)``): a trained classifier, used in eval
-            mode and without gradients. The loss is DeiT's hard distillation, the mean
-            of the class head's cross-entropy with the labels and the distillation
-            head's with the teacher's predicted classes (Touvron et al. 2021, eq. 3).
+        teacher: the trained classifier of DeiT's hard distillation, for a model with a
+            distillation token (``VisionTransformer(distilled=True)``; see the module doc).
 
     Returns:
-        ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one
-        value per epoch; ``lr`` is the rate of the epoch's last step, ``time`` the seconds
-        spent training in that epoch (evaluation excluded).
+        ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one value
+        per epoch: ``lr`` its last step's rate, ``time`` its training seconds (no evaluation).
 
     Raises:
         ValueError: a hyperparameter out of range (the message names it), an empty

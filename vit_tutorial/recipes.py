@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vit_tutorial.data import cifar10_datasets, digits_datasets
+from vit_tutorial.data import DataSplits, cifar10_datasets, digits_datasets, fashion_mnist_datasets
 from vit_tutorial.engine import Device, evaluate, fit
 from vit_tutorial.vit import VisionTransformer
 
@@ -29,7 +29,7 @@ class Recipe:
     """A dataset, a model and the hyperparameters of :func:`~vit_tutorial.engine.fit`.
 
     Attributes:
-        dataset: ``'digits'`` or ``'cifar10'``.
+        dataset: ``'digits'``, ``'fashion-mnist'`` or ``'cifar10'``.
         model: :class:`~vit_tutorial.vit.ViTConfig` fields; ``image_size``, ``in_channels``
             and ``num_classes`` come from the dataset.
         epochs: passes over the training set.
@@ -81,7 +81,9 @@ _DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, **_SMALL_VIT)
 #: target: a convolutional stem, patch size 1 on the 8×8 digits, 4 blocks of width 64.
 #: ``digits-vit`` is the paper's plain patch embedding with the patch size that suits it best
 #: on digits (4, so 4 tokens), ``digits-tiny`` a smoke test, and
-#: ``cifar10`` a hybrid ViT for CIFAR-10 on a GPU.
+#: ``cifar10`` a hybrid ViT for CIFAR-10 on a GPU. ``fashion-mnist`` is chapter 8's hybrid
+#: ViT (a convolutional stem to a 7×7 grid, 4 blocks of width 64) trained with random
+#: crops and flips; ``fashion-mnist-tiny`` a smoke test.
 RECIPES: dict[str, Recipe] = {
     "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, epochs=20, batch_size=64, lr=2e-3),
     "digits-vit": Recipe(
@@ -99,6 +101,22 @@ RECIPES: dict[str, Recipe] = {
         lr=3e-3,
         warmup_epochs=0,
     ),
+    "fashion-mnist": Recipe(
+        "fashion-mnist",
+        dict(patch_size=4, dim=64, depth=4, num_heads=4, stem="conv", **_SMALL_VIT),
+        epochs=10,
+        batch_size=128,
+        lr=2e-3,
+        warmup_epochs=1,
+    ),
+    "fashion-mnist-tiny": Recipe(
+        "fashion-mnist",
+        dict(patch_size=7, dim=16, depth=1, num_heads=2, **_SMALL_VIT),
+        epochs=1,
+        batch_size=256,
+        lr=3e-3,
+        warmup_epochs=0,
+    ),
     "cifar10": Recipe(
         "cifar10",
         dict(patch_size=4, dim=192, depth=6, num_heads=3, stem="conv", drop_path=0.1, **_SMALL_VIT),
@@ -109,7 +127,39 @@ RECIPES: dict[str, Recipe] = {
         grad_clip=1.0,
     ),
 }
-DEFAULT_PRESET = {"digits": "digits", "cifar10": "cifar10"}
+DEFAULT_PRESET = {"digits": "digits", "fashion-mnist": "fashion-mnist", "cifar10": "cifar10"}
+
+
+def fashion_mnist_augmentation() -> Any:
+    """Chapter 8's training augmentation: a random 28×28 crop of the image padded by 2
+    pixels, and a horizontal flip (``torchvision.transforms.v2``)."""
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomCrop(28, padding=2), v2.RandomHorizontalFlip()])
+
+
+def recipe_datasets(
+    recipe: Recipe, seed: int = 0, data_root: str | Path | None = None
+) -> DataSplits:
+    """The data of ``recipe``: its dataset, its batch size, the loader shuffled by ``seed``.
+
+    ``data_root`` is where CIFAR-10 is (or is downloaded to), and where Fashion-MNIST's
+    files are put (default: :func:`~vit_tutorial.data.data_root`).
+    """
+    if recipe.dataset == "digits":
+        return digits_datasets(seed=seed, batch_size=recipe.batch_size)
+    if recipe.dataset == "fashion-mnist":
+        return fashion_mnist_datasets(
+            data_root,
+            seed=seed,
+            batch_size=recipe.batch_size,
+            train_transform=fashion_mnist_augmentation(),
+        )
+    if recipe.dataset == "cifar10":
+        return cifar10_datasets(data_root or "data", seed=seed, batch_size=recipe.batch_size)
+    raise ValueError(
+        f"unknown dataset {recipe.dataset!r}; valid: 'digits', 'fashion-mnist', 'cifar10'"
+    )
 
 
 @dataclasses.dataclass
@@ -136,7 +186,7 @@ def train_recipe(
     epochs: int | None = None,
     lr: float | None = None,
     batch_size: int | None = None,
-    data_root: str | Path = "data",
+    data_root: str | Path | None = None,
     checkpoint_path: str | Path | None = None,
     device: Device = "auto",
     amp: str | None = "auto",
@@ -158,10 +208,7 @@ def train_recipe(
         RECIPES[preset],  # validated again: 0 is refused, not ignored
         **{k: v for k, v in overrides.items() if v is not None},
     )
-    if recipe.dataset == "digits":
-        data = digits_datasets(seed=seed, batch_size=recipe.batch_size)
-    else:
-        data = cifar10_datasets(data_root, seed=seed, batch_size=recipe.batch_size)
+    data = recipe_datasets(recipe, seed, data_root)
     torch.manual_seed(seed)  # the same initial weights on every rank
     model = VisionTransformer(
         image_size=data.image_size,
@@ -172,7 +219,7 @@ def train_recipe(
     history = fit(
         model,
         data.train_loader,
-        data.test_loader,
+        data.val_loader or data.test_loader,  # digits and CIFAR-10 have no validation split
         **recipe.fit_options(),
         device=device,
         amp=amp,

@@ -1,8 +1,9 @@
-"""Command line: train a ViT on digits (CPU) or CIFAR-10 (GPU), alone or under ``torchrun``.
+"""Command line: train a ViT on digits or Fashion-MNIST (CPU) or CIFAR-10 (GPU), or under ``torchrun``.
 
 .. code-block:: text
 
     python -m vit_tutorial.train --dataset digits              # the digits target recipe
+    python -m vit_tutorial.train --dataset fashion-mnist       # chapter 8's hybrid ViT
     python -m vit_tutorial.train --preset digits-vit --epochs 10 --seed 1
     python -m vit_tutorial.train --dataset cifar10 --checkpoint runs/c10.pt  # Colab GPU
     python -m vit_tutorial.train --dataset cifar10 --checkpoint runs/c10.pt --resume
@@ -94,7 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         "--batch-size", type=_positive_int, help="override the per-process batch size"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data order")
-    parser.add_argument("--data-root", default="data", help="where CIFAR-10 is (downloaded)")
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="where the datasets go (default: ./data for CIFAR-10, ~/.cache/vit_tutorial "
+        "or $VIT_TUTORIAL_DATA for Fashion-MNIST)",
+    )
     parser.add_argument("--checkpoint", type=Path, help="save a checkpoint here every epoch")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--device", type=_device, default="auto", help="'auto', 'cpu', 'cuda', ...")
