@@ -104,7 +104,7 @@ RECIPES: dict[str, Recipe] = {
     "fashion-mnist": Recipe(
         "fashion-mnist",
         dict(patch_size=4, dim=64, depth=4, num_heads=4, stem="conv", **_SMALL_VIT),
-        epochs=10,
+        epochs=13,
         batch_size=128,
         lr=2e-3,
         warmup_epochs=1,
