@@ -28,8 +28,8 @@ def test_fashion_mnist_from_the_command_line_validates_on_its_own_split(capsys):
     argv = ["--dataset", "fashion-mnist", "--preset", "fashion-mnist-tiny", "--no-progress"]
     result = main(argv)
     assert "preset fashion-mnist-tiny" in capsys.readouterr().out
-    assert result.test_accuracy > 0.5  # one epoch of a tiny model: far above chance (0.1)
-    assert 0.5 < result.history["val_acc"][-1] < 1  # the 5,000 held-out training images
+    assert result.test_accuracy > 0.3  # one epoch of a tiny model: far above chance (0.1)
+    assert 0.3 < result.history["val_acc"][-1] < 1  # the 5,000 held-out training images
 
 
 def test_checkpoint_and_resume_from_the_command_line(tmp_path, capsys):
