@@ -144,6 +144,20 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
+def summarize_and_print(runs: list[dict]) -> tuple[dict, list[float]]:
+    """:func:`summarize` the runs, print the mean accuracy with its per-seed spread and the
+    training time per run; return the summary and each run's training seconds."""
+    summary = summarize(runs)
+    times = [r["train_seconds"] for r in runs]
+    print(
+        f"mean test accuracy {100 * summary['mean_accuracy']:.2f}% over {len(runs)} seeds "
+        f"(min {100 * summary['min_accuracy']:.2f}%, max {100 * summary['max_accuracy']:.2f}%"
+        f", std {100 * summary['std_accuracy']:.2f} points)"
+    )
+    print(f"training time per run: mean {statistics.mean(times):.1f} s, max {max(times):.1f} s")
+    return summary, times
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
     path = Path(path)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
 import time
 
@@ -38,7 +37,7 @@ from vit_tutorial.engine import evaluate, fit
 from vit_tutorial.recipes import RECIPES, recipe_datasets
 from vit_tutorial.vit import VisionTransformer
 
-from _results import RESULTS, arguments, provenance, setup, summarize, write_json
+from _results import RESULTS, arguments, provenance, setup, summarize_and_print, write_json
 
 TARGET_ACCURACY = 0.897  # RBF SVC, C=10: the dataset authors' best scikit-learn classifier
 STRETCH_ACCURACY = 0.915
@@ -74,14 +73,7 @@ def train_one(preset: str, seed: int, quick: bool) -> dict:
 
 def report(runs: list[dict], quick: bool) -> tuple[dict, bool]:
     """Print the summary and the target line; return the summary and whether it is met."""
-    summary = summarize(runs)
-    times = [r["train_seconds"] for r in runs]
-    print(
-        f"mean test accuracy {100 * summary['mean_accuracy']:.2f}% over {len(runs)} seeds "
-        f"(min {100 * summary['min_accuracy']:.2f}%, max {100 * summary['max_accuracy']:.2f}%"
-        f", std {100 * summary['std_accuracy']:.2f} points)"
-    )
-    print(f"training time per run: mean {statistics.mean(times):.1f} s, max {max(times):.1f} s")
+    summary, times = summarize_and_print(runs)
     met = summary["mean_accuracy"] >= TARGET_ACCURACY and max(times) <= TIME_LIMIT_S
     stretch = summary["mean_accuracy"] >= STRETCH_ACCURACY
     print(
