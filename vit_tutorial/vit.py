@@ -156,7 +156,7 @@ class ViTConfig(TransformerConfig):
         distilled: add DeiT's distillation token after the class token, with a head of
             its own (Touvron et al. 2021, Section 4; needs ``pool='cls'``). In training
             the model returns both heads' logits, for :func:`~vit_tutorial.engine.fit`
-            with ``teacher=``; in eval, their mean.
+            with ``teacher=``; in eval, their mean (as DeiT's code and timm do).
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
@@ -287,7 +287,8 @@ class VisionTransformer(nn.Module):
         """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify.
 
         With a distillation token: ``(class logits, distillation logits)`` in training,
-        their mean in eval (DeiT's inference, Section 5.2).
+        and in eval the mean of the two heads' logits, as DeiT's code and timm do (the
+        paper, Section 4, adds the two heads' softmax outputs instead).
         """
         pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
         logits = self.head(self.fc_norm(pooled))
