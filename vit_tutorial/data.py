@@ -450,14 +450,13 @@ def _fashion_mnist_splits(
     collate: Callable | None,
 ) -> DataSplits:
     """The :class:`DataSplits` of Fashion-MNIST's datasets, with their loaders."""
-    workers = num_workers
     return DataSplits(
         train=train,
         test=test,
         train_loader=make_loader(
-            train, batch_size, shuffle=True, seed=seed, num_workers=workers, collate_fn=collate
+            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, collate_fn=collate
         ),
-        test_loader=make_loader(test, 1000, shuffle=False, num_workers=workers),
+        test_loader=make_loader(test, 1000, shuffle=False, num_workers=num_workers),
         image_size=28,
         in_channels=1,
         num_classes=10,
