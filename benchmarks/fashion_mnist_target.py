@@ -9,7 +9,7 @@ than the budget). Stretch: 91.5%.
 
 The recipe is the CLI's, ``python -m vit_tutorial.train --dataset fashion-mnist`` (preset
 ``fashion-mnist`` in :data:`vit_tutorial.recipes.RECIPES`): the hybrid ViT with a
-convolutional stem, random crops and flips. It trains on the 55,000 training images left
+convolutional stem, without augmentation. It trains on the 55,000 training images left
 after the fixed 5,000-image validation split, which picks nothing; the test set is used
 once, at the end. "Training time" is the time in training steps recorded by
 :func:`vit_tutorial.engine.fit` (evaluation excluded). The script exits with status 1
