@@ -521,3 +521,43 @@ def test_the_formula_is_torchs_label_smoothing():
 def test_check_smoothed_cross_entropy_explains_mistakes(wrong, message):
     with pytest.raises(AssertionError, match=wrapped(message)):
         check_smoothed_cross_entropy(wrong)
+
+
+class _Compiled(nn.Module):
+    """What ``torch.compile`` returns, without compiling: a wrapper whose keys gain a
+    prefix (``_orig_mod.``), as an OptimizedModule's do."""
+
+    def __init__(self, module):
+        super().__init__()
+        self._orig_mod = module
+
+    def forward(self, x):
+        return self._orig_mod(x)
+
+
+def test_fit_compile_trains_through_the_wrapper_and_saves_plain_checkpoints(monkeypatch, tmp_path):
+    wrapped_models = []
+
+    def fake_compile(module):
+        wrapped_models.append(module)
+        return _Compiled(module)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    torch.manual_seed(0)
+    plain = tiny_vit()
+    fit(plain, *loaders(), **{**ARGS, "epochs": 2})
+    torch.manual_seed(0)
+    model, path = tiny_vit(), tmp_path / "run.pt"
+    fit(model, *loaders(), **{**ARGS, "epochs": 2}, compile=True, checkpoint_path=path)
+    assert wrapped_models == [model]
+    # the same training as without compile (the stand-in computes the same function)
+    for (name, a), b in zip(plain.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), name
+    saved = torch.load(path, weights_only=True)["model"]
+    assert saved.keys() == plain.state_dict().keys()  # no "_orig_mod." prefix
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_fit_compile_must_be_a_bool(value):
+    with pytest.raises(TypeError, match=f"compile must be True or False, got {value!r}"):
+        fit(tiny_vit(), *loaders(), **ARGS, compile=value)

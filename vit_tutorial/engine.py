@@ -241,7 +241,7 @@ class _Run:
     """What one optimisation step needs, built once by :func:`fit`."""
 
     model: nn.Module  # the model itself: its parameters are clipped and checkpointed
-    net: nn.Module  # what is called: the model, or its DistributedDataParallel wrapper
+    net: nn.Module  # what is called: the model, its DDP wrapper, or their torch.compile
     optimizer: torch.optim.Optimizer
     scheduler: LRScheduler
     scaler: torch.amp.GradScaler
@@ -267,6 +267,7 @@ def fit(
     progress: bool = True,
     checkpoint_path: str | Path | None = None,
     teacher: nn.Module | None = None,
+    compile: bool = False,
 ) -> dict[str, list]:
     """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history.
 
@@ -289,6 +290,8 @@ def fit(
             exists, resume from it (the other arguments must be the same).
         teacher: the trained classifier of DeiT's hard distillation, for a model with a
             distillation token (``VisionTransformer(distilled=True)``; see the module doc).
+        compile: train through ``torch.compile(model)``; the model's own parameters are
+            what is optimised, clipped and checkpointed, so checkpoints stay plain.
 
     Returns:
         ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one value
@@ -301,7 +304,11 @@ def fit(
     settings = _Settings(
         epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip, len(train_loader)
     )
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False, got {compile!r}")
     run, start, history = _start(model, settings, device, amp, checkpoint_path, teacher)
+    if compile:
+        run.net = torch.compile(run.net)
     with _progress_bar(epochs, start, progress) as bar:
         for epoch in range(start, epochs):
             train = _train_one_epoch(run, train_loader, epoch)
@@ -392,11 +399,16 @@ def _resume(
 
 def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
     """``model`` wrapped in DistributedDataParallel under ``torchrun``, else ``model``."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if _world_size() > 1:
         return nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     return model
+
+
+def _world_size() -> int:
+    """Processes in the ``torchrun`` group, or 1."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, float]:
@@ -422,7 +434,7 @@ def _train_one_epoch(run: _Run, loader: DataLoader, epoch: int) -> dict[str, flo
                 torch.tensor(len(y), device=run.device),
             ]
         ).float()
-    if run.net is not run.model:
+    if _world_size() > 1:
         dist.all_reduce(sums)
     return {
         "train_loss": (sums[0] / sums[2]).item(),

@@ -179,12 +179,13 @@ def train_recipe(
     device: Device = "auto",
     amp: str | None = "auto",
     progress: bool = True,
+    compile: bool = False,
 ) -> TrainResult:
     """Train preset ``preset`` with seed ``seed`` and evaluate it on the test split.
 
     The seed fixes the initial weights and the data order; the digits split is the same
     for every seed. ``epochs``, ``lr`` and ``batch_size``, when not ``None``, override the
-    preset's.
+    preset's. ``device``, ``amp`` and ``compile`` are :func:`~vit_tutorial.engine.fit`'s.
 
     Raises:
         ValueError: an unknown preset, or an override out of range (``epochs=0``, say).
@@ -213,6 +214,7 @@ def train_recipe(
         amp=amp,
         progress=progress,
         checkpoint_path=checkpoint_path,
+        compile=compile,
     )
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
     return TrainResult(model, history, accuracy, sum(history["time"]))
