@@ -55,6 +55,25 @@ def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
     )
 
 
+def training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--device``, ``--amp`` and ``--compile``: where and how the runs train
+    (:func:`vit_tutorial.engine.fit`'s arguments; the defaults use a GPU when there is one)."""
+    parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ...")
+    parser.add_argument(
+        "--amp",
+        default="auto",
+        choices=["auto", "bf16", "fp16", "none"],
+        help="autocast: 'auto' is bf16 on a GPU and nothing on the CPU",
+    )
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile")
+
+
+def fit_device_options(args: argparse.Namespace) -> dict:
+    """``device``, ``amp`` and ``compile`` for :func:`~vit_tutorial.engine.fit`."""
+    amp = None if args.amp == "none" else args.amp
+    return {"device": args.device, "amp": amp, "compile": args.compile}
+
+
 def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
     """Apply ``--threads`` and return where to write: ``--out``, else the committed file,
     but never a quick run over the committed file."""
@@ -104,7 +123,8 @@ def provenance(seeds: list[int]) -> dict:
     )
     return {
         "command": shlex.join(["python", *sys.argv]),
-        "git_commit": _git("rev-parse", "HEAD"),
+        # a copy without .git (a GPU machine's) names its commit in $GIT_COMMIT
+        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("GIT_COMMIT"),
         "git_dirty": None if status is None else bool(status),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seeds": list(seeds),
@@ -121,6 +141,7 @@ def provenance(seeds: list[int]) -> dict:
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "load_average_1min_at_start": round(os.getloadavg()[0], 2),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         },
     }
 

@@ -36,7 +36,16 @@ from sklearn.svm import SVC
 from vit_tutorial.data import digits_datasets
 from vit_tutorial.recipes import RECIPES, train_recipe
 
-from _results import RESULTS, arguments, provenance, setup, summarize_and_print, write_json
+from _results import (
+    RESULTS,
+    arguments,
+    fit_device_options,
+    provenance,
+    setup,
+    summarize_and_print,
+    training_arguments,
+    write_json,
+)
 
 TARGET_ACCURACY = 0.984
 TIME_LIMIT_S = 60.0
@@ -56,6 +65,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--preset", default="digits", choices=sorted(RECIPES))
     arguments(parser, DEFAULT_OUT)
+    training_arguments(parser)
     args = parser.parse_args()
     epochs = 1 if args.quick else None  # None: the preset's
     if args.quick:
@@ -75,7 +85,9 @@ def main() -> int:
     runs = []
     for seed in args.seeds:
         tic = time.perf_counter()
-        result = train_recipe(args.preset, seed=seed, epochs=epochs, progress=False)
+        result = train_recipe(
+            args.preset, seed=seed, epochs=epochs, progress=False, **fit_device_options(args)
+        )
         runs.append(
             {
                 "seed": seed,
@@ -101,6 +113,7 @@ def main() -> int:
         {
             "preset": args.preset,
             "recipe": dataclasses.asdict(recipe),
+            "training": fit_device_options(args),
             "epochs": epochs or recipe.epochs,
             "test_images": test_images,
             "svm_accuracy": svm_accuracy,

@@ -37,7 +37,16 @@ from vit_tutorial.engine import evaluate, fit
 from vit_tutorial.recipes import RECIPES, recipe_datasets
 from vit_tutorial.vit import VisionTransformer
 
-from _results import RESULTS, arguments, provenance, setup, summarize_and_print, write_json
+from _results import (
+    RESULTS,
+    arguments,
+    fit_device_options,
+    provenance,
+    setup,
+    summarize_and_print,
+    training_arguments,
+    write_json,
+)
 
 TARGET_ACCURACY = 0.897  # RBF SVC, C=10: the dataset authors' best scikit-learn classifier
 STRETCH_ACCURACY = 0.915
@@ -45,7 +54,7 @@ TIME_LIMIT_S = 600.0
 DEFAULT_OUT = RESULTS / "fashion_mnist_target.json"
 
 
-def train_one(preset: str, seed: int, quick: bool) -> dict:
+def train_one(preset: str, seed: int, quick: bool, options: dict) -> dict:
     """Train ``preset`` with ``seed``; test and validation accuracy, training seconds."""
     recipe = RECIPES[preset]
     data = recipe_datasets(recipe, seed)
@@ -58,8 +67,10 @@ def train_one(preset: str, seed: int, quick: bool) -> dict:
         num_classes=data.num_classes,
         **recipe.model,
     )
-    history = fit(model, data.train_loader, data.val_loader, **recipe.fit_options(), progress=False)
-    accuracy = evaluate(model, data.test_loader)["accuracy"]
+    history = fit(
+        model, data.train_loader, data.val_loader, **recipe.fit_options(), **options, progress=False
+    )
+    accuracy = evaluate(model, data.test_loader, options["device"])["accuracy"]
     return {
         "seed": seed,
         "accuracy": accuracy,
@@ -90,6 +101,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--preset", default="fashion-mnist", choices=sorted(RECIPES))
     arguments(parser, DEFAULT_OUT)
+    training_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.preset = [0], "fashion-mnist-tiny"
@@ -100,7 +112,7 @@ def main() -> int:
     runs = []
     for seed in args.seeds:
         tic = time.perf_counter()
-        runs.append(train_one(args.preset, seed, args.quick))
+        runs.append(train_one(args.preset, seed, args.quick, fit_device_options(args)))
         print(
             f"seed {seed}: test accuracy {100 * runs[-1]['accuracy']:.2f}% (validation "
             f"{100 * runs[-1]['val_accuracy']:.2f}%) | training "
@@ -114,6 +126,7 @@ def main() -> int:
         "provenance": provenance(args.seeds),
         "preset": args.preset,
         "recipe": dataclasses.asdict(recipe),
+        "training": fit_device_options(args),
         "test_images": 10000,
         "baseline": {"name": "RBF SVC, C=10 (quoted)", "accuracy": TARGET_ACCURACY},
         "runs": runs,
