@@ -96,8 +96,8 @@ def _work(job: tuple[RunSpec, dict]) -> dict:
 def run_all(specs: list[RunSpec], options: dict, log: Path, processes: int) -> list[dict]:
     """Run the specs not yet in ``log``, ``processes`` at a time; every line of ``log``.
 
-    Teachers go first, then the largest runs; a distilled run starts as soon as its
-    teacher is done (it needs the teacher's saved weights).
+    Teachers go first, then the runs in the order given; a distilled run starts as soon
+    as its teacher is done (it needs the teacher's saved weights).
     """
     done = {}
     if log.exists():
@@ -107,7 +107,7 @@ def run_all(specs: list[RunSpec], options: dict, log: Path, processes: int) -> l
                 done[row["key"]] = row
     todo = [s for s in specs if s.key not in done]
     print(f"{len(specs)} runs, {len(specs) - len(todo)} already in {log}", flush=True)
-    todo.sort(key=lambda s: (s.model != "resnet18", -s.train_size, s.key))
+    todo.sort(key=lambda s: s.model != "resnet18")  # teachers first, then in part order
     teachers = Path(options["teachers"])
     for spec in todo:  # a teacher in the log but not on disk (another machine) runs again
         if spec.distilled and not (teachers / f"{spec.teacher.key}.pt").exists():

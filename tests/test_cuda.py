@@ -57,7 +57,7 @@ ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, progress=Fals
 def test_forward_on_cuda_matches_the_cpu(stem, fused):
     torch.manual_seed(0)
     model = VisionTransformer(**SMALL, stem=stem).eval()
-    for block in model.blocks:
+    for block in model.encoder.blocks:
         block.attn.fused = fused
     x = torch.randn(4, 3, 16, 16)
     with torch.no_grad():
