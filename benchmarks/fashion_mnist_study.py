@@ -14,7 +14,7 @@ Three parts, every run under one budget rule (the same number of optimisation st
 
 Each run is one line of a JSON-lines log (``--log``, default the result file with
 ``.jsonl``), written as it finishes: a run already in the log is not run again, so an
-interrupted study resumes. At the end the log is summarised (per configuration, the mean
+interrupted study resumes; ``--summarize-only`` summarises a log without running. At the end the log is summarised (per configuration, the mean
 and per-seed spread of test accuracy) into ``benchmarks/results/fashion_mnist_study.json``
 with its provenance.
 
@@ -197,6 +197,13 @@ def main() -> int:
     parser.add_argument(
         "--teachers", type=Path, default=None, help="folder of the teachers' weights"
     )
+    parser.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="run nothing: summarise the runs already in --log (made elsewhere, say on a "
+        "GPU machine; --runs-machine then says where and how)",
+    )
+    parser.add_argument("--runs-machine", type=json.loads, default=None, help="a JSON object")
     arguments(parser, DEFAULT_OUT)
     args = parser.parse_args()
     if args.quick:
@@ -216,13 +223,21 @@ def main() -> int:
             if spec.distilled:  # and its teacher
                 wanted[spec.teacher.key] = spec.teacher
     tic = time.perf_counter()
-    rows = run_all(list(wanted.values()), options, log, args.jobs)
+    if args.summarize_only:
+        rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    else:
+        rows = run_all(list(wanted.values()), options, log, args.jobs)
     rows = [r for r in rows if r["key"] in wanted]
+    missing = sorted(set(wanted) - {r["key"] for r in rows})
     print(f"{len(rows)} runs in {time.perf_counter() - tic:.0f} s (this invocation)")
+    if missing:
+        print(f"{len(missing)} runs not in {log}: {missing}")
+    runs_on = args.runs_machine or {"device": device, "jobs": args.jobs}
     record = {
         "benchmark": "fashion_mnist_study",
         "quick": args.quick,
-        "provenance": {**provenance(args.seeds), "device": device, "jobs": args.jobs},
+        "provenance": {**provenance(args.seeds), "runs_on": runs_on, "log": str(log)},
+        "missing_runs": missing,
         "budget": {"steps": args.steps, "batch_size": 128},
         "parts": args.parts,
         "sizes": args.sizes,
