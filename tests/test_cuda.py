@@ -46,7 +46,15 @@ class Crash:
 
 
 def loaders():
-    return make_loader(blobs(), 16, shuffle=True, seed=0), make_loader(blobs(48, 1), 64)
+    return make_loader(blobs(), 16, shuffle=True, seed=0), make_loader(
+        blobs(48, 1), 64, shuffle=False
+    )
+
+
+def with_random_head(model):
+    """The head starts at zero (as in the paper): give it weights, or every logit is 0."""
+    torch.nn.init.normal_(model.head.weight, std=0.5)
+    return model
 
 
 ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, progress=False)
@@ -56,7 +64,7 @@ ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, progress=Fals
 @pytest.mark.parametrize("fused", [True, False])
 def test_forward_on_cuda_matches_the_cpu(stem, fused):
     torch.manual_seed(0)
-    model = VisionTransformer(**SMALL, stem=stem).eval()
+    model = with_random_head(VisionTransformer(**SMALL, stem=stem)).eval()
     for block in model.encoder.blocks:
         block.attn.fused = fused
     x = torch.randn(4, 3, 16, 16)
@@ -68,15 +76,15 @@ def test_forward_on_cuda_matches_the_cpu(stem, fused):
 
 def test_bf16_autocast_stays_close_to_fp32():
     torch.manual_seed(0)
-    model = VisionTransformer(**SMALL).cuda().eval()
+    model = with_random_head(VisionTransformer(**SMALL)).cuda().eval()
     x = torch.randn(8, 3, 16, 16, device="cuda")
     with torch.no_grad():
         full = model(x)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             half = model(x)
     assert half.dtype == torch.bfloat16
+    assert full.abs().max() > 0.1  # logits worth comparing
     assert (half.float() - full).abs().max() < 0.05 * full.abs().max()
-    assert torch.equal(half.argmax(-1), full.argmax(-1))
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16", None])

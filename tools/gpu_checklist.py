@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,11 +26,12 @@ import torch
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+# "used the GPU": the kernel allocated GPU memory (CUDA merely initialised, by an
+# is_available() check say, does not count)
 PROBE = """import json as _json, torch as _torch
+_peak = _torch.cuda.max_memory_allocated() if _torch.cuda.is_initialized() else 0
 print("GPU-PROBE " + _json.dumps({
-    "cuda_used": _torch.cuda.is_initialized(),
-    "max_memory_mib": round(_torch.cuda.max_memory_allocated() / 2**20, 1)
-    if _torch.cuda.is_initialized() else 0.0,
+    "cuda_used": _peak > 0, "max_memory_mib": round(_peak / 2**20, 1),
 }))"""
 
 
@@ -47,7 +49,8 @@ def run(path: Path, timeout: int) -> dict:
             resources={"metadata": {"path": str(path.parent)}},
         ).execute()
     except CellExecutionError as error:
-        result.update(ok=False, error=str(error).strip().splitlines()[-1][:300])
+        last = str(error).strip().splitlines()[-1]
+        result.update(ok=False, error=re.sub(r"\x1b\[[0-9;]*m", "", last)[:300])
     result["seconds"] = round(time.perf_counter() - tic, 1)
     for out in nb.cells[-1].get("outputs", []):
         if out.get("name") == "stdout" and "GPU-PROBE " in out.get("text", ""):
