@@ -105,3 +105,44 @@ def test_committed_results_are_full_runs_with_provenance(name):
         for variant in record["variants"]:
             check_runs(variant["runs"], record["test_images"], seeds)
             check_summary(variant)
+
+
+def test_fashion_mnist_study_quick(tmp_path):
+    record = run_quick("fashion_mnist_study.py", tmp_path / "study.json")
+    assert record["benchmark"] == "fashion_mnist_study" and record["quick"] is True
+    check_provenance(record, "fashion_mnist_study.py", [0])
+    assert record["missing_runs"] == []
+    keys = {r["key"] for r in record["runs"]}
+    assert keys == {
+        "vit-n300-s0-none-t20",
+        "hybrid-n300-s0-none-t20",
+        "resnet18-n300-s0-none-t20",
+        "hybrid-n300-s0-all-t20",
+        "vit-n300-s0-none-t20-cls",
+        "vit-n300-s0-none-t20-cls-distilled",
+    }
+    for r in record["runs"]:
+        assert r["optimizer_steps"] >= 20 and r["epochs"] == 7  # 300 images: 3 steps each
+        assert 0 <= r["test_accuracy"] <= 1 and 0 <= r["val_accuracy"] <= 1
+    assert len(record["configurations"]) == len(keys)  # one seed: one row each
+    log = (tmp_path / "study.jsonl").read_text().splitlines()
+    assert len(log) == len(keys)
+    # a second invocation resumes from the log: nothing runs again
+    again = run_quick("fashion_mnist_study.py", tmp_path / "study.json")
+    assert (tmp_path / "study.jsonl").read_text().splitlines() == log
+    assert again["runs"] == record["runs"]
+
+
+def test_committed_study_results():
+    record = json.loads((ROOT / "benchmarks" / "results" / "fashion_mnist_study.json").read_text())
+    assert record["benchmark"] == "fashion_mnist_study" and record["quick"] is False
+    assert record["provenance"]["seeds"] == [0, 1, 2]
+    assert record["budget"]["steps"] == 13 * 430
+    log = (ROOT / "benchmarks" / "results" / "fashion_mnist_study.jsonl").read_text()
+    rows = [json.loads(line) for line in log.splitlines()]
+    assert sorted(r["key"] for r in rows) == [r["key"] for r in record["runs"]]
+    for config in record["configurations"]:
+        assert config["seeds"] == [0, 1, 2], config  # every row: three seeds
+        accuracies = config["test_accuracy"]
+        assert config["mean_test_accuracy"] == pytest.approx(sum(accuracies) / 3)
+    assert len(record["runs"]) + len(record["missing_runs"]) == 87

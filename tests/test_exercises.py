@@ -3,21 +3,27 @@ and leave no trace (random state, model mode) behind them."""
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision
 from einops import rearrange
 from timm.models.vision_transformer import global_pool_nlc
 
 import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
+from vit_tutorial.data_efficiency import resnet18_greyscale
 from vit_tutorial.encoder import drop_path
-from vit_tutorial.engine import param_groups, predict, warmup_cosine
+from vit_tutorial.engine import _loss, param_groups, predict, warmup_cosine
+from vit_tutorial.exercises.data_efficiency import _distillation_loss, _mixup
 from vit_tutorial.patches import image_to_patches, patches_to_image
 from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
+
+from tiny_models import tiny_vit
 
 # ---------------------------------------------------------------------------------------
 # Correct answers, built from the package itself
@@ -90,6 +96,26 @@ def axial_scores(gh, gw):
     return (attention_flops((gh, gw), 1, "axial") - 16 * gh * gw) // 4
 
 
+def stand_in_run(label_smoothing, teacher):
+    """What the engine's ``_loss`` reads of a run: its label smoothing and its teacher."""
+    return SimpleNamespace(
+        settings=SimpleNamespace(label_smoothing=label_smoothing), teacher=teacher
+    )
+
+
+def engine_distillation_loss(cls_logits, dist_logits, labels, teacher_logits, smoothing):
+    """The engine's own loss of a distilled model, its teacher returning ``teacher_logits``."""
+    run = stand_in_run(smoothing, teacher=lambda images: teacher_logits)
+    loss, _ = _loss(run, (cls_logits, dist_logits), None, labels)
+    return loss
+
+
+def mixup_by_lerp(images, labels, lam, num_classes):
+    """Mixup written with lerp: ``a.lerp(b, lam)`` is ``(1 - lam)·a + lam·b``."""
+    one_hot = F.one_hot(labels, num_classes).to(images.dtype)
+    return images.roll(1, 0).lerp(images, lam), one_hot.roll(1, 0).lerp(one_hot, lam)
+
+
 REFERENCES = {
     "check_attention": multi_head,
     "check_masked_attention": masked,
@@ -114,6 +140,9 @@ REFERENCES = {
     "check_axial_attention": along,
     "check_axial_scores": axial_scores,
     "check_axial_mask": axial_mask,
+    "check_greyscale_resnet": resnet18_greyscale,
+    "check_distillation_loss": engine_distillation_loss,
+    "check_mixup": mixup_by_lerp,
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -150,6 +179,13 @@ def sincos_float64(grid_size, dim):
     return torch.cat([code(rows), code(cols)], 1)
 
 
+def distillation_float64(cls_logits, dist_logits, labels, teacher_logits, smoothing):
+    """DeiT's hard-label distillation loss, by formula, in float64."""
+    class_term = F.cross_entropy(cls_logits.double(), labels, label_smoothing=smoothing)
+    teacher_classes = teacher_logits.double().argmax(-1)
+    return (class_term + F.cross_entropy(dist_logits.double(), teacher_classes)) / 2
+
+
 FLOAT64 = {
     "check_attention": lambda q, k, v, h: multi_head(q.double(), k.double(), v.double(), h),
     "check_masked_attention": lambda q, k, v, mask: masked(
@@ -171,6 +207,9 @@ FLOAT64 = {
     ),
     "check_axial_attention": lambda x, attend, axis: along(x.double(), attend, axis),
     "check_axial_mask": lambda grid_size, axis: axial_mask(grid_size, axis).double(),
+    "check_greyscale_resnet": lambda in_channels, k: resnet18_greyscale(in_channels, k).double(),
+    "check_distillation_loss": distillation_float64,
+    "check_mixup": lambda images, y, lam, k: mixup_by_lerp(images.double(), y, lam, k),
 }
 
 
@@ -216,6 +255,38 @@ def test_check_param_groups_accepts_what_torch_optim_accepts(shape):
         return (g for g in made)
 
     exercises.check_param_groups(groups)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_distillation_reference_is_the_engines_loss_of_a_distilled_vit(smoothing):
+    torch.manual_seed(0)
+    student, teacher = tiny_vit(distilled=True, pool="cls").train(), tiny_vit().eval()
+    images, labels = torch.randn(8, 1, 4, 4), torch.randint(3, (8,))
+    cls_logits, dist_logits = student(images)  # both heads, in training
+    want, _ = _loss(stand_in_run(smoothing, teacher), (cls_logits, dist_logits), images, labels)
+    with torch.no_grad():
+        teacher_logits = teacher(images)
+    assert (teacher_logits.argmax(-1) != labels).any()  # the two targets differ somewhere
+    got = _distillation_loss(cls_logits, dist_logits, labels, teacher_logits, smoothing)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("alpha, seed", [(0.8, 1), (1.0, 0), (1.0, 4), (0.5, 3)])
+def test_the_mixup_reference_is_torchvisions_mixup_with_the_same_lam(alpha, seed):
+    """v2.MixUp draws lam from Beta(α, α) on the global generator: the same seed, the same lam."""
+    from torchvision.transforms import v2
+
+    images, labels = torch.randn(5, 3, 4, 4), torch.tensor([0, 3, 1, 1, 4])
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        beta = torch.distributions.Beta(torch.tensor([alpha]), torch.tensor([alpha]))
+        lam = float(beta.sample(()))
+        torch.manual_seed(seed)
+        mixed, soft_labels = v2.MixUp(alpha=alpha, num_classes=6)(images, labels)
+    assert 0.05 < lam < 0.95 and abs(lam - 0.5) > 0.05  # a lam that tells the sides apart
+    want_mixed, want_soft_labels = _mixup(images, labels, lam, 6)
+    torch.testing.assert_close(mixed, want_mixed)
+    torch.testing.assert_close(soft_labels, want_soft_labels)
 
 
 # ---------------------------------------------------------------------------------------
@@ -388,6 +459,77 @@ def smoothed_loss(mistake):
     return loss
 
 
+def resnet_with(num_classes=None, maxpool=True, **conv1):
+    """torchvision's ResNet-18, its conv1 built with ``conv1`` overriding the right options."""
+
+    def build(in_channels, k):
+        model = torchvision.models.resnet18(num_classes=num_classes or k)
+        options = {**dict(kernel_size=7, stride=2, padding=3, bias=False), **conv1}
+        model.conv1 = torch.nn.Conv2d(in_channels, 64, **options)
+        if not maxpool:
+            model.maxpool = torch.nn.Identity()
+        return model
+
+    return build
+
+
+def distillation_with(mistake):
+    """DeiT's hard-label distillation loss with one usual mistake."""
+
+    def loss(c, d, y, t, eps):
+        ce, hard = F.cross_entropy, t.argmax(-1)
+        return {
+            "soft": lambda: (ce(c, y, label_smoothing=eps) + ce(d, t.softmax(-1))) / 2,
+            "kl": lambda: (
+                (
+                    ce(c, y, label_smoothing=eps)
+                    + F.kl_div(d.log_softmax(-1), t.softmax(-1), reduction="batchmean")
+                )
+                / 2
+            ),
+            "smoothed": lambda: (
+                (ce(c, y, label_smoothing=eps) + ce(d, hard, label_smoothing=eps)) / 2
+            ),
+            "sum": lambda: ce(c, y, label_smoothing=eps) + ce(d, hard),
+            "swapped": lambda: (ce(d, y, label_smoothing=eps) + ce(c, hard)) / 2,
+            "teacher": lambda: (ce(t, y, label_smoothing=eps) + ce(d, hard)) / 2,
+            "per image": lambda: (
+                (ce(c, y, label_smoothing=eps, reduction="none") + ce(d, hard, reduction="none"))
+                / 2
+            ),
+        }[mistake]()
+
+    return loss
+
+
+def mixup_with(mistake):
+    """Mixup with one usual mistake."""
+
+    def mix(images, labels, lam, num_classes):
+        one_hot = F.one_hot(labels, num_classes).to(images.dtype)
+        partner = {
+            "randperm": torch.randperm(len(images)),
+            "flip": torch.arange(len(images)).flip(0),
+            "roll -1": torch.arange(len(images)).roll(-1, 0),
+        }.get(mistake, torch.arange(len(images)).roll(1, 0))
+        mixed = lam * images + (1 - lam) * images[partner]
+        soft = lam * one_hot + (1 - lam) * one_hot[partner]
+        if mistake == "images 1 - lam":
+            mixed = (1 - lam) * images + lam * images[partner]
+        if mistake == "labels 1 - lam":
+            soft = (1 - lam) * one_hot + lam * one_hot[partner]
+        if mistake == "hard labels":
+            soft = labels
+        if mistake == "one-hot":
+            soft = one_hot
+        if mistake == "no num_classes":
+            one_hot = F.one_hot(labels).to(images.dtype)
+            soft = lam * one_hot + (1 - lam) * one_hot[partner]
+        return mixed, soft
+
+    return mix
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -502,6 +644,38 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_smoothed_cross_entropy", smoothed_loss("dim=0"), "over the batch (dim=0)"),
     ("check_smoothed_cross_entropy", smoothed_loss("class mean"), "averaged over the K classes"),
     ("check_smoothed_cross_entropy", smoothed_loss("sign"), "the sign is wrong"),
+    (
+        "check_greyscale_resnet",
+        lambda in_channels, k: torchvision.models.resnet18(num_classes=k),
+        "conv1 must take in_channels",
+    ),
+    (
+        "check_greyscale_resnet",
+        lambda in_channels, k: torch.nn.Sequential(
+            torch.nn.Conv2d(in_channels, 3, 1), torchvision.models.resnet18(num_classes=k)
+        ),
+        "rather than wrapping it",
+    ),
+    ("check_greyscale_resnet", resnet_with(num_classes=1000), "still has 1000 outputs"),
+    ("check_greyscale_resnet", resnet_with(stride=1), "must stay torchvision's 7×7"),
+    ("check_greyscale_resnet", resnet_with(kernel_size=3, padding=1), "conv1 is a 3×3"),
+    ("check_greyscale_resnet", resnet_with(bias=True), "bias=False"),
+    ("check_greyscale_resnet", resnet_with(maxpool=False), "max-pool after conv1 is gone"),
+    ("check_distillation_loss", distillation_with("soft"), "not its probabilities"),
+    ("check_distillation_loss", distillation_with("kl"), "the teacher's hard labels"),
+    ("check_distillation_loss", distillation_with("smoothed"), "for the class head only"),
+    ("check_distillation_loss", distillation_with("sum"), "summed the two terms"),
+    ("check_distillation_loss", distillation_with("swapped"), "heads are swapped"),
+    ("check_distillation_loss", distillation_with("teacher"), "uses the teacher's logits"),
+    ("check_distillation_loss", distillation_with("per image"), "one loss per image"),
+    ("check_mixup", mixup_with("images 1 - lam"), "1 - lam is on the wrong side"),
+    ("check_mixup", mixup_with("labels 1 - lam"), "wrong side of the labels"),
+    ("check_mixup", mixup_with("hard labels"), "labels are not mixed"),
+    ("check_mixup", mixup_with("one-hot"), "you returned one-hot labels"),
+    ("check_mixup", mixup_with("randperm"), "random permutation"),
+    ("check_mixup", mixup_with("flip"), "timm's Mixup"),
+    ("check_mixup", mixup_with("roll -1"), "roll(-1, 0)"),
+    ("check_mixup", mixup_with("no num_classes"), "not num_classes"),
     # Mistakes the chapters demonstrate, kept here for the line-width test below.
     ("check_block_forward", post_norm, "post-norm"),
     (

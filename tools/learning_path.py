@@ -60,6 +60,12 @@ CHAPTERS = (
         ("axial",),
         ("attention", "measure", "vit", "data", "engine"),
     ),
+    Chapter(
+        "book/08_data_and_inductive_bias",
+        "Data and inductive bias",
+        ("data_efficiency",),
+        ("data", "vit"),
+    ),
 )
 EXERCISES = "exercises"  # the module every chapter's exercises import
 

@@ -49,6 +49,7 @@ __all__ = [
     "Augmentation",
     "build_model",
     "epochs_for",
+    "load_teacher",
     "resnet18_greyscale",
     "run",
 ]

@@ -10,6 +10,11 @@ from vit_tutorial.exercises.attention import (
     check_stable_softmax,
 )
 from vit_tutorial.exercises.axial import check_axial_attention, check_axial_mask, check_axial_scores
+from vit_tutorial.exercises.data_efficiency import (
+    check_distillation_loss,
+    check_greyscale_resnet,
+    check_mixup,
+)
 from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path, check_layer_norm
 from vit_tutorial.exercises.patches import (
     check_image_to_patches,
@@ -56,4 +61,8 @@ __all__ = [
     "check_axial_attention",
     "check_axial_mask",
     "check_axial_scores",
+    # data efficiency
+    "check_greyscale_resnet",
+    "check_distillation_loss",
+    "check_mixup",
 ]
