@@ -6,43 +6,18 @@ Skipped on a machine without CUDA (CI has none): run them where there is a GPU, 
 
 import pytest
 import torch
-from torch.utils.data import TensorDataset
 
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import evaluate, fit
 from vit_tutorial.vit import VisionTransformer
 
-from tiny_models import tiny_vit
+from tiny_models import Crash, blobs, tiny_vit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 SMALL = dict(
     image_size=16, patch_size=4, in_channels=3, num_classes=5, dim=64, depth=2, num_heads=4
 )
-
-
-def blobs(n=96, seed=0):
-    patterns = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(42))
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % 3
-    return TensorDataset(patterns[y] + 0.5 * torch.randn(n, 1, 4, 4, generator=g), y)
-
-
-class Crash:
-    """A loader that raises after ``after`` batches, like a run killed mid-training."""
-
-    def __init__(self, loader, after):
-        self.loader, self.after, self.sampler = loader, after, loader.sampler
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __iter__(self):
-        for batch in self.loader:
-            if self.after == 0:
-                raise RuntimeError("simulated crash")
-            self.after -= 1
-            yield batch
 
 
 def loaders():

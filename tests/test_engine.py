@@ -20,20 +20,12 @@ from vit_tutorial.exercises import (
 from vit_tutorial.exercises.training import _lr_at
 
 from checker_messages import wrapped
-from tiny_models import tiny_vit
+from tiny_models import Crash, blobs, tiny_vit
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def blobs(n=96, seed=0):
-    """Three classes of 1×4×4 images, a fixed pattern per class plus noise: easy to learn."""
-    patterns = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(42))
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % 3
-    return TensorDataset(patterns[y] + 0.5 * torch.randn(n, 1, 4, 4, generator=g), y)
 
 
 def loaders(batch_size=16, seed=0):
@@ -256,23 +248,6 @@ def test_progress_false_is_silent_and_true_prints_lines_when_not_a_terminal(caps
 
 
 # --- resuming from a checkpoint -------------------------------------------------------------
-
-
-class Crash:
-    """A loader that raises after ``after`` batches, like a run killed mid-training."""
-
-    def __init__(self, loader, after):
-        self.loader, self.after, self.sampler = loader, after, loader.sampler
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __iter__(self):
-        for batch in self.loader:
-            if self.after == 0:
-                raise RuntimeError("simulated crash")
-            self.after -= 1
-            yield batch
 
 
 def test_resumed_run_ends_with_the_same_weights(tmp_path):

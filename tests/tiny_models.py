@@ -1,4 +1,8 @@
-"""A model small enough that the training and checkpoint tests run in a fraction of a second."""
+"""Small models and data that let the training and checkpoint tests run in a fraction of a
+second."""
+
+import torch
+from torch.utils.data import TensorDataset
 
 from vit_tutorial.vit import VisionTransformer
 
@@ -17,3 +21,28 @@ TINY = dict(
 def tiny_vit(**fields) -> VisionTransformer:
     """A 4×4-pixel, one-block ViT; ``fields`` override :data:`TINY`."""
     return VisionTransformer(**{**TINY, **fields})
+
+
+def blobs(n=96, seed=0):
+    """Three classes of 1×4×4 images, a fixed pattern per class plus noise: easy to learn."""
+    patterns = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(42))
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % 3
+    return TensorDataset(patterns[y] + 0.5 * torch.randn(n, 1, 4, 4, generator=g), y)
+
+
+class Crash:
+    """A loader that raises after ``after`` batches, like a run killed mid-training."""
+
+    def __init__(self, loader, after):
+        self.loader, self.after, self.sampler = loader, after, loader.sampler
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            if self.after == 0:
+                raise RuntimeError("simulated crash")
+            self.after -= 1
+            yield batch

@@ -123,6 +123,23 @@ def call_safely(fn: Callable, args: tuple, what: str) -> Any:
         raise AssertionError(f"fn crashed on {what}: {type(error).__name__}: {error}") from error
 
 
+def scalar_loss(got: Any, where: str, batch: int, per_image: str) -> Tensor:
+    """A learner's loss as a 0-dimensional tensor; an AssertionError when it is not a tensor,
+    is one loss per image (``per_image`` says what to do instead), or has another shape."""
+    if not isinstance(got, Tensor):
+        raise AssertionError(
+            f"for {where}: return a tensor, got {type(got).__name__}; a loss must stay "
+            "a tensor for loss.backward()"
+        )
+    if got.shape == (batch,):
+        raise AssertionError(
+            f"for {where}: you return one loss per image, shape ({batch},); {per_image}"
+        )
+    if got.numel() != 1:
+        raise AssertionError(f"for {where}: return one number, got shape {tuple(got.shape)}")
+    return got.reshape(())
+
+
 def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
     """True when ``a`` and ``b`` have the same shape and values within ``atol``.
 

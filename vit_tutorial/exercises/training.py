@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vit_tutorial.engine import param_groups, warmup_cosine
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed, scalar_loss
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["check_param_groups", "check_lr_schedule", "check_smoothed_cross_entropy"]
@@ -278,19 +278,7 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
         where = f"B={B} images, K={K} classes, smoothing={eps}"
         got = call_safely(fn, (logits.clone(), targets.clone(), eps), where)
         want = F.cross_entropy(logits, targets, label_smoothing=eps)
-        if not isinstance(got, Tensor):
-            raise AssertionError(
-                f"for {where}: return a tensor, got {type(got).__name__}; a loss must stay "
-                "a tensor for loss.backward()"
-            )
-        if got.shape == (B,):
-            raise AssertionError(
-                f"for {where}: you return one loss per image, shape ({B},); take their "
-                "mean over the batch, a single number"
-            )
-        if got.numel() != 1:
-            raise AssertionError(f"for {where}: return one number, got shape {tuple(got.shape)}")
-        got = got.reshape(())
+        got = scalar_loss(got, where, B, "take their mean over the batch, a single number")
         if close(got, want, atol=1e-5):
             continue
         hint = next(
