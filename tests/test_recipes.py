@@ -42,10 +42,11 @@ def test_zero_or_negative_overrides_are_refused_not_replaced_by_the_preset(overr
         train_recipe("digits-tiny", progress=False, **override)
 
 
-def test_fashion_mnist_recipe_validates_on_its_own_split_and_augments():
+def test_fashion_mnist_recipe_validates_on_its_own_split_without_augmentation():
+    # no augmentation: in 13 epochs crops and flips cost accuracy (chapter 8's ablation)
     data = recipe_datasets(RECIPES["fashion-mnist"], seed=0)
     assert (len(data.train), len(data.val), len(data.test)) == (55000, 5000, 10000)
-    assert data.train.transform is not None and data.val.transform is None
+    assert data.train.transform is None and data.val.transform is None
     assert data.train_loader.batch_size == RECIPES["fashion-mnist"].batch_size
 
 
