@@ -242,7 +242,6 @@ def run(
     """Train the run ``spec`` describes; its accuracies, time and size.
 
     Args:
-        spec: the run.
         data_root: where Fashion-MNIST is (:func:`~vit_tutorial.data.fashion_mnist_datasets`).
         teacher: the trained classifier a distilled run learns from.
         device, amp: :func:`~vit_tutorial.engine.fit`'s.
@@ -250,21 +249,12 @@ def run(
         save_to: save the trained weights here (a teacher for later runs).
 
     Returns:
-        ``spec``'s fields with ``test_accuracy``, ``val_accuracy``, ``epochs``,
-        ``train_seconds`` and ``parameters``.
+        ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``...
     """
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     augmentation = AUGMENTATIONS[spec.augmentation]
-    data = fashion_mnist_datasets(
-        data_root,
-        train_size=spec.train_size,
-        seed=spec.seed,
-        batch_size=BATCH_SIZE,
-        num_workers=num_workers,
-        train_transform=augmentation.image() if augmentation.image else None,
-        batch_transform=_mix(10) if augmentation.batch else None,
-    )
+    data = _datasets(spec, augmentation, data_root, num_workers)
     torch.manual_seed(spec.seed)
     model = build_model(
         spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
@@ -297,11 +287,29 @@ def run(
     }
     result["eval_seconds"] = round(time.perf_counter() - tic, 2)
     if save_to is not None:
-        path = Path(save_to)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp)
-        tmp.replace(path)  # atomic: a half-written teacher is never read
+        _save_weights(model, Path(save_to))
     return result
+
+
+def _datasets(spec: RunSpec, augmentation: Augmentation, data_root, num_workers: int):
+    """Fashion-MNIST as ``spec`` and its augmentation row ask."""
+    return fashion_mnist_datasets(
+        data_root,
+        train_size=spec.train_size,
+        seed=spec.seed,
+        batch_size=BATCH_SIZE,
+        num_workers=num_workers,
+        train_transform=augmentation.image() if augmentation.image else None,
+        batch_transform=_mix(10) if augmentation.batch else None,
+    )
+
+
+def _save_weights(model: nn.Module, path: Path) -> None:
+    """The model's weights on the CPU, written atomically: a half-written teacher is never
+    read."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp)
+    tmp.replace(path)
 
 
 def load_teacher(path: str | Path, device: Device = "cpu") -> nn.Module:

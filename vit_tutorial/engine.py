@@ -273,8 +273,7 @@ def fit(
 
     Args:
         model: any classifier mapping a batch of images to logits.
-        train_loader: training batches; when its sampler has ``set_epoch`` (the loaders of
-            :mod:`vit_tutorial.data` do), it is called every epoch.
+        train_loader: training batches; its sampler's ``set_epoch``, if any, runs every epoch.
         val_loader: evaluated after every epoch, or ``None``.
         epochs: number of passes over ``train_loader``.
         lr: peak learning rate.
@@ -286,29 +285,23 @@ def fit(
         amp: ``'auto'`` (bf16 autocast on GPUs that support it, else fp16 with a grad
             scaler; nothing on the CPU), ``'bf16'``, ``'fp16'`` or ``None``.
         progress: a tqdm bar on a terminal, else a line every tenth of the run; or silent.
-        checkpoint_path: save a checkpoint here after every epoch; if the file already
-            exists, resume from it (the other arguments must be the same).
-        teacher: the trained classifier of DeiT's hard distillation, for a model with a
-            distillation token (``VisionTransformer(distilled=True)``; see the module doc).
-        compile: train through ``torch.compile(model)``; the model's own parameters are
-            what is optimised, clipped and checkpointed, so checkpoints stay plain.
+        checkpoint_path: save a checkpoint here every epoch; resume from it if it exists.
+        teacher: DeiT's hard-distillation teacher, for ``VisionTransformer(distilled=True)``.
+        compile: train through ``torch.compile(model)``; checkpoints stay plain.
 
     Returns:
         ``{'epoch', 'train_loss', 'train_acc', 'val_loss', 'val_acc', 'lr', 'time'}``, one value
         per epoch: ``lr`` its last step's rate, ``time`` its training seconds (no evaluation).
 
     Raises:
-        ValueError: a hyperparameter out of range (the message names it), an empty
-            ``train_loader``, or a checkpoint to resume that was trained with other settings.
+        ValueError: a hyperparameter out of range (named), an empty ``train_loader``, or a
+            checkpoint to resume that was trained with other settings.
+        TypeError: ``compile`` is not a bool.
     """
     settings = _Settings(
         epochs, lr, weight_decay, warmup_epochs, label_smoothing, grad_clip, len(train_loader)
     )
-    if not isinstance(compile, bool):
-        raise TypeError(f"compile must be True or False, got {compile!r}")
-    run, start, history = _start(model, settings, device, amp, checkpoint_path, teacher)
-    if compile:
-        run.net = torch.compile(run.net)
+    run, start, history = _start(model, settings, device, amp, checkpoint_path, teacher, compile)
     with _progress_bar(epochs, start, progress) as bar:
         for epoch in range(start, epochs):
             train = _train_one_epoch(run, train_loader, epoch)
@@ -327,8 +320,11 @@ def _start(
     amp: str | None,
     checkpoint_path: str | Path | None,
     teacher: nn.Module | None = None,
+    compile: bool = False,
 ) -> tuple[_Run, int, dict[str, list]]:
     """Move the model, build optimiser, schedule and scaler, and resume: ``(run, epoch, history)``."""
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False, got {compile!r}")
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
@@ -340,6 +336,7 @@ def _start(
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     start, history = _resume(checkpoint_path, model, optimizer, scheduler, scaler, settings)
     net = _distributed(model, device)
+    net = torch.compile(net) if compile else net
     run = _Run(model, net, optimizer, scheduler, scaler, device, dtype, settings, teacher)
     return run, start, history
 

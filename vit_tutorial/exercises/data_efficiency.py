@@ -81,7 +81,12 @@ def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
             "the BatchNorm right after it (bn1) adds its own shift β, which makes a bias "
             "redundant"
         )
-    pool = model.maxpool
+    _check_pool(model, where)
+
+
+def _check_pool(model: nn.Module, where: str) -> None:
+    """The max-pool after conv1 must be torchvision's, untouched."""
+    conv, pool = model.conv1, model.maxpool
     if not isinstance(pool, nn.MaxPool2d):
         grid = _grid(conv, pool)
         raise AssertionError(
