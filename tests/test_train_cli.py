@@ -1,4 +1,5 @@
-"""Tests for vit_tutorial/train.py: the command line, and 2-process DDP on the CPU."""
+"""Tests for vit_tutorial/train.py: the command line, fine-tuning from it, and 2-process DDP on
+the CPU."""
 
 import os
 import subprocess
@@ -8,6 +9,8 @@ import textwrap
 import pytest
 import torch
 
+from vit_tutorial.finetune import load_pretrained
+from vit_tutorial.interop import max_abs_logit_difference
 from vit_tutorial.recipes import RECIPES
 from vit_tutorial.train import main
 from vit_tutorial.vit import VisionTransformer
@@ -159,3 +162,106 @@ def test_torchrun_two_processes_end_with_identical_weights(tmp_path):
     assert not torch.equal(initial["patch_embed.proj.weight"], rank0["patch_embed.proj.weight"])
     lines = [line for line in run.stdout.splitlines() if "test accuracy" in line]
     assert len(lines) == 1 and "2 processes" in lines[0]  # only rank 0 prints
+
+
+# --- fine-tuning: --finetune SOURCE --image-folder DIR ----------------------------------------
+
+# ViT-Ti/16's architecture with random weights (offline) at 32×32: 4 patches, a fast run.
+FINETUNE = [
+    "--finetune",
+    "timm:vit_tiny_patch16_224",
+    "--random-weights",
+    "--image-size",
+    "32",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "4",
+    "--no-progress",
+]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """3 classes × 6 PNG images of 20×24 pixels, one uniform colour each; one greyscale."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("photos")
+    for c, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
+        (root / f"class{c}").mkdir()
+        for i in range(6):
+            mode, value = ("L", 90) if (c, i) == (0, 0) else ("RGB", colour)
+            Image.new(mode, (24, 20), value).save(root / f"class{c}" / f"{i}.png")
+    return root
+
+
+def test_finetune_trains_prints_and_saves_a_reloadable_checkpoint(photos, tmp_path, capsys):
+    path = tmp_path / "ft.pt"
+    result = main([*FINETUNE, "--image-folder", str(photos), "--checkpoint", str(path)])
+    out = capsys.readouterr().out
+    assert "finetune timm:vit_tiny_patch16_224 (full, seed 0): validation accuracy" in out
+    assert f"validation accuracy {100 * result.test_accuracy:.2f}%" in out
+    assert result.model.config.image_size == 32 and result.model.config.num_classes == 3
+    assert result.history["epoch"] == [1] and result.history["lr"] == [pytest.approx(1e-4)]
+    model, mean, std = load_pretrained(path)  # the checkpoint rebuilds, with timm's 0.5s
+    assert (mean, std) == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    assert torch.load(path, weights_only=True)["extra"]["classes"] == ["class0", "class1", "class2"]
+    assert max_abs_logit_difference(model, result.model, torch.randn(2, 3, 32, 32)) == 0
+
+
+def test_finetune_a_checkpoint_with_a_linear_probe(photos, tmp_path, capsys):
+    path = tmp_path / "ft.pt"
+    main([*FINETUNE, "--image-folder", str(photos), "--checkpoint", str(path)])
+    start = load_pretrained(path)[0].state_dict()
+    argv = ["--finetune", str(path), "--linear-probe", "--epochs", "1", "--no-progress"]
+    result = main([*argv, "--image-folder", str(photos), "--val-folder", str(photos)])
+    assert f"finetune {path} (linear probe, seed 0): validation accuracy" in capsys.readouterr().out
+    assert result.history["lr"] == [pytest.approx(1e-3)]  # the linear probe's default
+    for name, value in result.model.state_dict().items():
+        assert torch.equal(value, start[name]) != name.startswith("head."), name
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--finetune", "timm:x"], "--finetune needs --image-folder DIR"),
+        (
+            ["--finetune", "timm:x", "--dataset", "digits"],
+            "--finetune trains on --image-folder DIR; --dataset does not apply",
+        ),
+        (
+            ["--finetune", "timm:x", "--preset", "digits"],
+            "--finetune trains on --image-folder DIR; --preset does not apply",
+        ),
+        (["--image-folder", "PHOTOS"], "--image-folder needs --finetune SOURCE"),
+        (["--linear-probe"], "--linear-probe needs --finetune SOURCE"),
+        (["--random-weights"], "--random-weights needs --finetune SOURCE"),
+        (["--image-size", "32"], "--image-size needs --finetune SOURCE"),
+        (["--image-size", "0"], "argument --image-size: must be an integer >= 1, got '0'"),
+        (
+            ["--finetune", "timm:x", "--image-folder", "MISSING"],
+            "--image-folder MISSING is not a folder",
+        ),
+        (
+            ["--finetune", "nope", "--image-folder", "PHOTOS"],
+            "--finetune nope: unknown source 'nope': expected 'torchvision:NAME'",
+        ),
+        (
+            ["--finetune", "timm:vit_nope", "--image-folder", "PHOTOS"],
+            "--finetune timm:vit_nope: unknown timm model 'vit_nope'",
+        ),
+        (
+            [*FINETUNE, "--image-folder", "PHOTOS", "--image-size", "40"],
+            "--finetune timm:vit_tiny_patch16_224: image size (40, 40) is not divisible by patch size (16, 16)",
+        ),
+    ],
+)
+def test_bad_finetune_command_lines_are_one_line_usage_errors(argv, message, photos, capsys):
+    argv = [{"PHOTOS": str(photos), "MISSING": str(photos / "missing")}.get(a, a) for a in argv]
+    message = message.replace("MISSING", str(photos / "missing"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"python -m vit_tutorial.train: error: {message}")

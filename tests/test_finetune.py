@@ -1,0 +1,351 @@
+"""Tests for vit_tutorial/finetune.py: pre-trained sources, new heads, frozen encoders, folders.
+
+Offline: torchvision and timm models are built with random weights (``pretrained=False``),
+which takes the same path as their downloaded weights.
+"""
+
+import sys
+
+import pytest
+import timm
+import torch
+import torchvision
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
+
+from vit_tutorial.checkpoint import save_checkpoint
+from vit_tutorial.engine import fit
+from vit_tutorial.finetune import (
+    FINETUNE_DEFAULTS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    finetune,
+    freeze_for_linear_probe,
+    image_folder_datasets,
+    load_pretrained,
+    replace_head,
+    set_image_size,
+)
+from vit_tutorial.interop import max_abs_logit_difference
+from vit_tutorial.positional import resize_pos_embed
+from vit_tutorial.vit import VisionTransformer
+
+from tiny_models import blobs, tiny_vit
+
+SMALL = dict(image_size=32, patch_size=8, dim=16, depth=1, num_heads=2, num_classes=5)
+COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200)]
+MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def write_image_folder(root, per_class=6):
+    """3 classes of 20×24 PNGs, each image one uniform colour; image 0 of class 0 is 'L'."""
+    for c, colour in enumerate(COLOURS):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(per_class):
+            shade = tuple(min(255, v + 8 * i) for v in colour)
+            image = (
+                Image.new("L", (24, 20), 90)
+                if (c, i) == (0, 0)
+                else Image.new("RGB", (24, 20), shade)
+            )
+            image.save(root / f"class{c}" / f"{i}.png")
+    return root
+
+
+def perturbed(model):
+    """``model`` with a random head: a zero head gives zero logits, which hide differences."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+# --- load_pretrained -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pretrained", [False, True])
+def test_timm_source_gives_the_same_logits_and_timm_normalisation(pretrained, monkeypatch):
+    calls = []
+    create = timm.create_model
+
+    def offline(name, pretrained):  # the real model, never downloaded
+        calls.append((name, pretrained))
+        return create(name, pretrained=False)
+
+    monkeypatch.setattr(timm, "create_model", offline)
+    ours, mean, std = load_pretrained("timm:vit_tiny_patch16_224", pretrained=pretrained)
+    assert calls == [("vit_tiny_patch16_224", pretrained)]
+    torch.manual_seed(0)
+    reference = create("vit_tiny_patch16_224", pretrained=False)  # the same random weights
+    assert isinstance(ours, VisionTransformer) and ours.config.dim == 192
+    assert (mean, std) == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # timm's augreg ViTs
+    assert max_abs_logit_difference(ours, reference, torch.randn(2, 3, 224, 224)) <= 1e-4
+
+
+@pytest.mark.parametrize("pretrained", [False, True])
+def test_torchvision_source_converts_what_get_model_returns(pretrained, monkeypatch):
+    reference = perturbed(TorchvisionViT(32, 8, 1, 2, 16, 32, num_classes=4))
+    calls = []
+
+    def get_model(name, weights):  # offline: a small ViT instead of the download
+        calls.append((name, weights))
+        return reference
+
+    monkeypatch.setattr(torchvision.models, "get_model", get_model)
+    ours, mean, std = load_pretrained("torchvision:vit_b_16", pretrained=pretrained)
+    weights = torchvision.models.ViT_B_16_Weights.IMAGENET1K_V1 if pretrained else None
+    assert calls == [("vit_b_16", weights)]
+    assert (mean, std) == (IMAGENET_MEAN, IMAGENET_STD)
+    assert max_abs_logit_difference(ours, reference, torch.randn(3, 3, 32, 32)) <= 1e-4
+
+
+def test_checkpoint_source_round_trips_with_its_normalisation(tmp_path):
+    model = perturbed(VisionTransformer(**SMALL, pool="mean"))
+    save_checkpoint(tmp_path / "a.pt", model, extra={"mean": MEAN, "std": STD})
+    save_checkpoint(tmp_path / "b.pt", model)
+    loaded, mean, std = load_pretrained(str(tmp_path / "a.pt"))
+    assert (mean, std) == (MEAN, STD)
+    assert loaded.config == model.config
+    assert max_abs_logit_difference(loaded, model, torch.randn(2, 3, 32, 32)) == 0
+    assert load_pretrained(tmp_path / "b.pt")[1:] == (IMAGENET_MEAN, IMAGENET_STD)
+
+
+def test_reading_a_checkpoint_source_does_not_restore_its_rng(tmp_path):
+    save_checkpoint(tmp_path / "a.pt", VisionTransformer(**SMALL))
+    saved = torch.load(tmp_path / "a.pt", weights_only=True)["rng"]["cpu"]
+    torch.manual_seed(123)
+    load_pretrained(tmp_path / "a.pt")
+    assert not torch.equal(torch.get_rng_state(), saved)  # load_checkpoint would restore it
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("nope", "unknown source 'nope': expected 'torchvision:NAME'"),
+        ("torchvision:", "unknown source 'torchvision:'"),
+        ("torchvision:resnet18", "unknown torchvision ViT 'resnet18'; expected one of ['vit_b_16'"),
+        ("timm:vit_nope", "unknown timm model 'vit_nope'"),
+        ("timm:resnet18", "timm model 'resnet18' is a ResNet, not a timm VisionTransformer"),
+    ],
+)
+def test_unknown_sources_are_value_errors_naming_them(source, message):
+    with pytest.raises(ValueError, match="^" + message.replace("[", r"\[").replace("(", r"\(")):
+        load_pretrained(source, pretrained=False)
+
+
+def test_files_that_are_not_vit_checkpoints_are_value_errors_naming_them(tmp_path):
+    garbage, plain, linear = tmp_path / "garbage.pt", tmp_path / "plain.pt", tmp_path / "linear.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    torch.save(VisionTransformer(**SMALL).state_dict(), plain)
+    save_checkpoint(linear, torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=f"{garbage} is not a checkpoint written by"):
+        load_pretrained(garbage)
+    for path in (plain, linear):
+        with pytest.raises(ValueError, match=f"{path} holds no VisionTransformer config"):
+            load_pretrained(path)
+
+
+def test_a_corrupted_checkpoint_source_is_refused(tmp_path):
+    path = tmp_path / "a.pt"
+    save_checkpoint(path, VisionTransformer(**SMALL))
+    state = torch.load(path, weights_only=True)
+    state["model"]["head.bias"] += 1
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="is corrupted"):
+        load_pretrained(path)
+
+
+def test_bad_argument_types_and_missing_timm(monkeypatch):
+    with pytest.raises(TypeError, match="source must be a string or a path, got int"):
+        load_pretrained(3)
+    with pytest.raises(TypeError, match="pretrained must be True or False, got 'no'"):
+        load_pretrained("timm:vit_tiny_patch16_224", pretrained="no")
+    monkeypatch.setitem(sys.modules, "timm", None)
+    with pytest.raises(ImportError, match="'timm:vit_tiny_patch16_224' needs timm: pip install"):
+        load_pretrained("timm:vit_tiny_patch16_224", pretrained=False)
+
+
+# --- set_image_size, replace_head, freeze_for_linear_probe ----------------------------------
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_set_image_size_resamples_the_table_and_copies_the_rest(pool):
+    model = perturbed(VisionTransformer(**SMALL, pool=pool))
+    bigger = set_image_size(model, 48)
+    prefix = model.num_prefix_tokens
+    assert bigger.config.image_size == 48 and bigger.grid_size == (6, 6)
+    assert bigger.pos_embed.weight.shape == (1, prefix + 36, 16)
+    expected = resize_pos_embed(model.pos_embed.weight, (4, 4), (6, 6), prefix)
+    assert torch.equal(bigger.pos_embed.weight, expected)
+    for name, value in model.state_dict().items():
+        if name != "pos_embed.weight":
+            assert torch.equal(bigger.state_dict()[name], value), name
+    assert torch.isfinite(bigger(torch.randn(2, 3, 48, 48))).all()
+    assert not bigger.training
+    assert set_image_size(model, 32) is model and set_image_size(model, (32, 32)) is model
+
+
+def test_set_image_size_of_a_sinusoidal_model_recomputes_its_table():
+    model = perturbed(VisionTransformer(**SMALL, pos_embed="sincos2d"))
+    wide = set_image_size(model, (32, 64))
+    assert wide.pos_embed.table.shape == (1, 1 + 4 * 8, 16)
+    assert torch.isfinite(wide(torch.randn(1, 3, 32, 64))).all()
+
+
+def test_set_image_size_errors():
+    with pytest.raises(ValueError, match=r"image size \(36, 36\) is not divisible by patch size"):
+        set_image_size(VisionTransformer(**SMALL), 36)
+    with pytest.raises(ValueError, match="pos_embed='relative'.*got image_size=48"):
+        set_image_size(VisionTransformer(**SMALL, pos_embed="relative"), 48)
+    with pytest.raises(TypeError, match="image_size must be an int or an"):
+        set_image_size(VisionTransformer(**SMALL), "48")
+    with pytest.raises(TypeError, match="model must be a vit_tutorial VisionTransformer"):
+        set_image_size(torch.nn.Linear(2, 2), 48)
+
+
+def test_replace_head_is_zero_and_the_config_rebuilds(tmp_path):
+    model = perturbed(VisionTransformer(**SMALL)).double()
+    assert replace_head(model, 3) is model
+    assert model.head.weight.shape == (3, 16) and model.head.weight.dtype == torch.float64
+    assert not model.head.weight.any() and not model.head.bias.any()
+    assert model.config.num_classes == 3
+    save_checkpoint(tmp_path / "ft.pt", model.float())
+    assert load_pretrained(tmp_path / "ft.pt")[0].config == model.config
+
+
+def test_replace_head_errors():
+    with pytest.raises(ValueError, match="num_classes must be at least 1, got 0"):
+        replace_head(VisionTransformer(**SMALL), 0)
+    with pytest.raises(TypeError, match="num_classes must be an integer, got 2.5"):
+        replace_head(VisionTransformer(**SMALL), 2.5)
+    with pytest.raises(ValueError, match="does not handle distilled models"):
+        replace_head(VisionTransformer(**SMALL, distilled=True), 3)
+    with pytest.raises(TypeError, match="model must be a vit_tutorial VisionTransformer"):
+        replace_head(torch.nn.Linear(2, 2), 3)
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_a_linear_probe_changes_the_head_and_nothing_else(pool):
+    model = tiny_vit(pool=pool)
+    assert freeze_for_linear_probe(model) == ["head.weight", "head.bias"]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    loader = DataLoader(blobs(48), batch_size=16, shuffle=True)
+    fit(model, loader, None, epochs=2, lr=1e-2, weight_decay=0.05, device="cpu", progress=False)
+    for name, value in model.state_dict().items():
+        changed = not torch.equal(value, before[name])
+        assert changed == name.startswith("head."), name  # frozen: bit-identical, decay too
+
+
+def test_freeze_refuses_other_models():
+    with pytest.raises(
+        TypeError, match="model must be a vit_tutorial VisionTransformer, got Linear"
+    ):
+        freeze_for_linear_probe(torch.nn.Linear(2, 2))
+
+
+# --- image_folder_datasets -----------------------------------------------------------------
+
+
+def test_image_folder_split_is_stratified_seeded_and_normalised(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD, batch_size=4)
+    assert (len(data.train), len(data.test), data.val) == (14, 4, None)
+    assert data.classes == ["class0", "class1", "class2"] and data.num_classes == 3
+    assert (data.in_channels, data.image_size, data.mean, data.std) == (3, 16, MEAN, STD)
+    held_out = [data.test[i][1] for i in range(len(data.test))]
+    assert sorted(set(held_out)) == [0, 1, 2]  # every class held out in proportion
+    assert sorted(data.train.indices + data.test.indices) == list(range(18))
+    again = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD)
+    assert again.test.indices == data.test.indices  # the same seed, the same split
+    other = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD, seed=1)
+    assert other.test.indices != data.test.indices
+    images, labels = next(iter(data.train_loader))
+    assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
+    # Uniform images stay uniform through resize and crop: each pixel is (v / 255 - mean) / std.
+    image, label = data.test[0]
+    path = data.test.dataset.samples[data.test.indices[0]][0]
+    rgb = torch.tensor(Image.open(path).convert("RGB").getpixel((0, 0))) / 255
+    expected = (rgb - torch.tensor(MEAN)) / torch.tensor(STD)
+    torch.testing.assert_close(image, expected.view(3, 1, 1).expand(3, 16, 16))
+
+
+def test_greyscale_images_become_rgb(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(folder, val_dir=folder, image_size=8, mean=MEAN, std=STD)
+    grey, _ = data.test[0]  # class0/0.png, an 'L' image
+    assert grey.shape == (3, 8, 8)
+    # Three equal channels: undoing the normalisation gives the grey level everywhere.
+    pixels = grey * torch.tensor(STD).view(3, 1, 1) + torch.tensor(MEAN).view(3, 1, 1)
+    torch.testing.assert_close(pixels, torch.full_like(pixels, 90 / 255))
+
+
+def test_a_val_folder_is_used_whole_and_without_augment_train_is_eval(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(
+        folder, val_dir=folder, image_size=8, mean=MEAN, std=STD, augment=False
+    )
+    assert len(data.train) == len(data.test) == 18
+    assert all(torch.equal(data.train[i][0], data.test[i][0]) for i in (0, 7, 17))
+
+
+def test_image_folder_errors(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    options = dict(image_size=8, mean=MEAN, std=STD)
+    with pytest.raises(ValueError, match=f"train_dir {tmp_path / 'nope'} is not a folder"):
+        image_folder_datasets(tmp_path / "nope", **options)
+    (tmp_path / "one" / "class0").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"class folders \['class0'\]: a classifier needs at"):
+        image_folder_datasets(tmp_path / "one", **options)
+    (tmp_path / "empty" / "a").mkdir(parents=True), (tmp_path / "empty" / "b").mkdir()
+    with pytest.raises(ValueError, match=f"train_dir {tmp_path / 'empty'}: .*no valid file"):
+        image_folder_datasets(tmp_path / "empty", **options)
+    other = write_image_folder(tmp_path / "other")
+    (other / "class2").rename(other / "zebra")
+    with pytest.raises(ValueError, match=r"val_dir .* has classes \['class0', 'class1', 'zebra'\]"):
+        image_folder_datasets(folder, val_dir=other, **options)
+    for fraction in (0, 1, 1.5):
+        with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
+            image_folder_datasets(folder, val_fraction=fraction, **options)
+    with pytest.raises(ValueError, match="val_fraction=0.01 of 18 images holds out 0"):
+        image_folder_datasets(folder, val_fraction=0.01, **options)
+    with pytest.raises(
+        ValueError, match=r"mean and std need 3 values \(R, G, B\), got mean=\(0.5,\)"
+    ):
+        image_folder_datasets(folder, image_size=8, mean=(0.5,), std=(0.5,))
+    with pytest.raises(TypeError, match="image_size must be an integer, got '8'"):
+        image_folder_datasets(folder, image_size="8", mean=MEAN, std=STD)
+
+
+# --- finetune --------------------------------------------------------------------------------
+
+
+def test_finetune_replaces_the_head_and_uses_the_defaults(tmp_path):
+    data = image_folder_datasets(
+        write_image_folder(tmp_path / "photos"), image_size=32, mean=MEAN, std=STD, batch_size=8
+    )
+    # 14 training images in batches of 8: 2 steps, a 1-step warm-up, the last step at the peak.
+    result = finetune(VisionTransformer(**SMALL), data, epochs=1, device="cpu", progress=False)
+    assert result.model.config.num_classes == 3 and result.history["epoch"] == [1]
+    assert result.history["lr"] == [pytest.approx(FINETUNE_DEFAULTS.lr)]
+    model = VisionTransformer(**SMALL)
+    encoder = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    probe = finetune(model, data, linear_probe=True, epochs=1, device="cpu", progress=False)
+    assert probe.history["lr"] == [pytest.approx(FINETUNE_DEFAULTS.linear_probe_lr)]
+    assert all(torch.equal(v, encoder[k]) for k, v in model.encoder.state_dict().items())
+    assert model.head.weight.any()
+
+
+def test_finetune_refuses_data_with_other_channels(tmp_path):
+    data = image_folder_datasets(
+        write_image_folder(tmp_path / "photos"), image_size=32, mean=MEAN, std=STD
+    )
+    with pytest.raises(ValueError, match="the model takes 1 channels, the data has 3"):
+        finetune(VisionTransformer(**SMALL, in_channels=1), data, epochs=1, device="cpu")
+    with pytest.raises(TypeError, match="model must be a vit_tutorial VisionTransformer"):
+        finetune(torch.nn.Linear(2, 2), data, epochs=1, device="cpu")
