@@ -1,0 +1,417 @@
+"""Masked autoencoders (chapter 9): pre-train a ViT encoder on images without labels.
+
+He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3:
+
+1. cut the image into patches and embed them, as a ViT does, adding fixed 2D sine-cosine
+   positions (the paper's Appendix A.1);
+2. keep a random 25% of the patches (:func:`random_masking`) and run the **encoder on the
+   visible patches only** (3/4 of the tokens never enter it: that is why MAE is cheap);
+3. a light **decoder** receives the encoded visible tokens and one shared, learned
+   **mask token** for every hidden patch, each with its position, and predicts the
+   pixels of every patch;
+4. the **loss** is the mean squared error on the **masked patches only**, with each target
+   patch normalised by its own pixel mean and standard deviation (``norm_pix_loss``,
+   Section 3 "Reconstruction target", Table 1d).
+
+The encoder here has no class token and is pooled by its mean for classification, which
+the paper reports works as well as a class token (Appendix A.1); it is the encoder of a
+:class:`~vit_tutorial.vit.VisionTransformer` with ``pool='mean'``, and :meth:`to_vit`
+moves its weights into one for fine-tuning, with the sine-cosine table copied into the
+ViT's learned position table, as MAE's ``main_finetune.py`` does when it loads the
+pre-trained table into timm's learnable ``pos_embed``.
+
+Shapes: B images, N = Gh·Gw patches, K = N - round(N · mask_ratio) visible patches,
+D encoder width, D' decoder width, P patch side, C channels.
+
+Example:
+    >>> mae = MaskedAutoencoder(image_size=28, patch_size=4, in_channels=1, dim=32,
+    ...                         depth=1, num_heads=2, decoder_dim=16, decoder_depth=1,
+    ...                         decoder_heads=2)
+    >>> out = mae(torch.randn(2, 1, 28, 28))
+    >>> out.pred.shape, out.mask.shape, int(out.mask.sum(1)[0])  # 37 of 49 patches hidden
+    (torch.Size([2, 49, 16]), torch.Size([2, 49]), 37)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from vit_tutorial.checks import check_bool, check_int, check_real
+from vit_tutorial.encoder import Encoder
+from vit_tutorial.engine import Device, param_groups, resolve_device, warmup_cosine
+from vit_tutorial.patches import PatchEmbedding, image_to_patches, patches_to_image
+from vit_tutorial.positional import sinusoidal_2d
+from vit_tutorial.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "MAEOutput",
+    "MaskedAutoencoder",
+    "masked_patch_loss",
+    "normalized_patches",
+    "pretrain",
+    "random_masking",
+]
+
+
+class MAEOutput(NamedTuple):
+    """What :meth:`MaskedAutoencoder.forward` returns.
+
+    Attributes:
+        loss: the mean squared error on the masked patches (a scalar).
+        pred: predicted pixels of every patch, ``(B, N, P·P·C)`` (normalised per patch
+            when the model's ``norm_pix_loss`` is on).
+        mask: ``(B, N)``, 1.0 where the patch was hidden, 0.0 where the encoder saw it.
+    """
+
+    loss: Tensor
+    pred: Tensor
+    mask: Tensor
+
+
+def random_masking(
+    tokens: Tensor, mask_ratio: float, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Keep a random subset of each image's tokens, as MAE does (a per-image shuffle).
+
+    Each token gets uniform noise; the ``K = N - round(N · mask_ratio)`` tokens with the
+    smallest noise are kept, in that random order. Every image keeps exactly K tokens, so
+    the kept tokens of a batch form one dense ``(B, K, D)`` tensor.
+
+    Args:
+        tokens: ``(B, N, D)``.
+        mask_ratio: the fraction of tokens to hide, in ``[0, 1)``.
+        generator: the random source (default: torch's global one).
+
+    Returns:
+        ``(visible, mask, ids_restore)``: the kept tokens ``(B, K, D)``; the mask
+        ``(B, N)`` in the original order, 1.0 = hidden; and ``ids_restore`` ``(B, N)``,
+        the permutation that puts ``[visible, hidden]`` back into the original order.
+
+    Example:
+        >>> visible, mask, ids_restore = random_masking(torch.randn(2, 8, 4), 0.75)
+        >>> visible.shape, mask.sum(1).tolist()
+        (torch.Size([2, 2, 4]), [6.0, 6.0])
+    """
+    if not isinstance(tokens, Tensor) or tokens.dim() != 3:
+        raise ValueError(f"tokens must be a (B, N, D) tensor, got {_describe(tokens)}")
+    check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
+    b, n, d = tokens.shape
+    keep = n - round(n * mask_ratio)
+    if keep < 1:
+        raise ValueError(f"mask_ratio={mask_ratio} hides all {n} tokens; keep at least one")
+    noise = torch.rand(b, n, generator=generator, device=generator and generator.device)
+    ids_shuffle = noise.to(tokens.device).argsort(dim=1)  # ascending: kept ones first
+    ids_restore = ids_shuffle.argsort(dim=1)
+    visible = tokens.gather(1, ids_shuffle[:, :keep, None].expand(-1, -1, d))
+    mask = torch.ones(b, n, device=tokens.device)
+    mask[:, :keep] = 0  # in shuffled order: the first K are visible
+    return visible, mask.gather(1, ids_restore), ids_restore
+
+
+def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Tensor:
+    """MAE's target: each patch's pixels minus their mean, over ``sqrt(variance + eps)``.
+
+    The variance is the unbiased one (``torch.var``'s default), as in MAE's
+    ``models_mae.py``; the result has shape ``(B, N, P·P·C)``.
+    """
+    patches = image_to_patches(images, patch_size)
+    mean = patches.mean(dim=-1, keepdim=True)
+    var = patches.var(dim=-1, keepdim=True)
+    return (patches - mean) / (var + eps).sqrt()
+
+
+def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """The mean over hidden patches of the per-patch mean squared error.
+
+    ``pred`` and ``target`` are ``(B, N, L)``; ``mask`` is ``(B, N)`` with 1.0 on hidden
+    patches. Visible patches do not count (the paper's Section 3: computing the loss on
+    visible patches too costs about 0.5% accuracy).
+    """
+    if pred.shape != target.shape or pred.shape[:2] != mask.shape:
+        raise ValueError(
+            f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must be equal "
+            f"(B, N, L) tensors and mask {tuple(mask.shape)} their (B, N)"
+        )
+    per_patch = (pred - target).pow(2).mean(dim=-1)  # (B, N)
+    return (per_patch * mask).sum() / mask.sum()
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dim()}-D tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+class MaskedAutoencoder(nn.Module):
+    """A ViT encoder that sees a quarter of the patches, and a light decoder that paints in
+    the rest (He et al. 2022, Section 3).
+
+    Initialisation follows MAE's ``models_mae.py``: Xavier-uniform Linear weights (and the
+    patch projection, viewed as a Linear), zero biases, the mask token from N(0, 0.02²).
+
+    Args:
+        config: the encoder's :class:`~vit_tutorial.vit.ViTConfig`; it must have
+            ``pool='mean'`` (no class token; the default when ``config`` is ``None``) and
+            the patch stem (a convolutional stem would see the hidden pixels before
+            masking). ``num_classes`` is unused here.
+        decoder_dim: D', the decoder's width (a multiple of 4 and of ``decoder_heads``).
+        decoder_depth: the decoder's blocks.
+        decoder_heads: the decoder's attention heads.
+        mask_ratio: the fraction of patches hidden from the encoder (0.75 in the paper).
+        norm_pix_loss: predict each patch normalised by its own mean and std (the paper's
+            default), else the raw pixels.
+        **fields: :class:`~vit_tutorial.vit.ViTConfig` fields overriding ``config``'s.
+
+    Attributes:
+        config: the encoder's configuration; :meth:`to_vit` builds a ViT from it.
+        patch_embed, encoder, norm: the encoder (``norm`` is used in pre-training only).
+        decoder_embed, mask_token, decoder, decoder_norm, decoder_pred: the decoder.
+    """
+
+    def __init__(
+        self,
+        config: ViTConfig | None = None,
+        *,
+        decoder_dim: int = 64,
+        decoder_depth: int = 2,
+        decoder_heads: int = 4,
+        mask_ratio: float = 0.75,
+        norm_pix_loss: bool = True,
+        **fields: Any,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            fields.setdefault("pool", "mean")  # ViTConfig's default is 'cls'
+        self.config = c = ViTConfig.resolve(config, **fields)
+        _check_encoder(c)
+        _check_decoder(decoder_dim, decoder_depth, decoder_heads, mask_ratio, norm_pix_loss)
+        self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
+        self.patch_embed = PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.dim)
+        grid, patch_pixels = self.patch_embed.grid_size, math.prod(self.patch_embed.patch_size)
+        self.register_buffer("pos_table", sinusoidal_2d(grid, c.dim)[None], persistent=False)
+        self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.drop_path, **c.block_options())
+        self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.decoder_embed = nn.Linear(c.dim, decoder_dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_dim))
+        table = sinusoidal_2d(grid, decoder_dim)[None]
+        self.register_buffer("decoder_pos_table", table, persistent=False)
+        options = {**c.block_options(), "dropout": 0.0, "attn_dropout": 0.0}
+        self.decoder = Encoder(decoder_dim, decoder_depth, decoder_heads, **options)
+        self.decoder_norm = nn.LayerNorm(decoder_dim, eps=c.norm_eps)
+        self.decoder_pred = nn.Linear(decoder_dim, patch_pixels * c.in_channels)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """MAE's initialisation (``models_mae.py``, ``initialize_weights``)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        proj = self.patch_embed.proj.weight  # (D, C, P, P), initialised as a Linear
+        nn.init.xavier_uniform_(proj.view(proj.shape[0], -1))
+        nn.init.normal_(self.mask_token, std=0.02)
+
+    @property
+    def patch_size(self) -> int:
+        """P, the side of a (square) patch."""
+        return self.patch_embed.patch_size[0]
+
+    def forward_encoder(
+        self, images: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Encode the visible patches: ``(latent (B, K, D), mask (B, N), ids_restore)``."""
+        tokens = self.patch_embed(images) + self.pos_table  # (B, N, D), checks the images
+        visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
+        return self.norm(self.encoder(visible)), mask, ids_restore
+
+    def forward_decoder(self, latent: Tensor, ids_restore: Tensor) -> Tensor:
+        """Predict every patch's pixels ``(B, N, P·P·C)`` from the encoded visible tokens."""
+        x = self.decoder_embed(latent)  # (B, K, D')
+        b, k, d = x.shape
+        hidden = self.mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - K, D')
+        x = torch.cat([x, hidden], dim=1)  # [visible, hidden], in shuffled order
+        x = x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))  # original order
+        x = self.decoder(x + self.decoder_pos_table)
+        return self.decoder_pred(self.decoder_norm(x))
+
+    def targets(self, images: Tensor) -> Tensor:
+        """What :meth:`forward_decoder` should predict: the patches, normalised per patch
+        when ``norm_pix_loss`` is on, ``(B, N, P·P·C)``."""
+        if self.norm_pix_loss:
+            return normalized_patches(images, self.patch_size)
+        return image_to_patches(images, self.patch_size)
+
+    def forward(self, images: Tensor, generator: torch.Generator | None = None) -> MAEOutput:
+        """Mask, encode, decode, and score the hidden patches (:class:`MAEOutput`)."""
+        latent, mask, ids_restore = self.forward_encoder(images, generator)
+        pred = self.forward_decoder(latent, ids_restore)
+        return MAEOutput(masked_patch_loss(pred, self.targets(images), mask), pred, mask)
+
+    @torch.no_grad()
+    def reconstruct(
+        self, images: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure.
+
+        ``masked`` has the hidden patches set to 0; ``reconstruction`` shows the visible
+        patches as they were and the predictions in the hidden ones, given each true
+        patch's mean and std when the targets are normalised (as MAE's visualisation does).
+        """
+        pred, mask = self(images, generator)[1:]
+        patches = image_to_patches(images, self.patch_size)
+        if self.norm_pix_loss:
+            mean = patches.mean(dim=-1, keepdim=True)
+            pred = pred * (patches.var(dim=-1, keepdim=True) + 1e-6).sqrt() + mean
+        hidden = mask[:, :, None]
+        masked = patches_to_image(patches * (1 - hidden), self.patch_size, images.shape[-2:])
+        pasted = patches * (1 - hidden) + pred * hidden
+        return masked, patches_to_image(pasted, self.patch_size, images.shape[-2:])
+
+    def to_vit(self, num_classes: int, **fields: Any) -> VisionTransformer:
+        """A :class:`~vit_tutorial.vit.VisionTransformer` holding this encoder's weights.
+
+        The patch embedding and the blocks are copied; the sine-cosine table becomes the
+        learned table's starting value (``pos_embed='learned'``, the default) or is simply
+        the ViT's own (``pos_embed='sincos2d'``). The final LayerNorm of pre-training is
+        dropped and the ViT's pooled-feature ``fc_norm`` and its zero head are new, as in
+        MAE's fine-tuning (``models_vit.py`` with ``global_pool``).
+
+        Args:
+            num_classes: the classifier's classes.
+            **fields: other :class:`~vit_tutorial.vit.ViTConfig` fields for the ViT (for
+                example ``drop_path``); the architecture's own fields cannot change.
+        """
+        vit = VisionTransformer(self.config, num_classes=num_classes, **fields)
+        _check_same_encoder(self.config, vit.config)
+        weights = {
+            k: v for k, v in self.state_dict().items() if k.startswith(("patch_embed.", "encoder."))
+        }
+        if vit.config.pos_embed == "learned":
+            weights["pos_embed.weight"] = self.pos_table.clone()
+        result = vit.load_state_dict(weights, strict=False)
+        new = sorted(result.missing_keys)
+        assert not result.unexpected_keys and all(k.startswith(("fc_norm.", "head.")) for k in new)
+        return vit
+
+
+_ARCHITECTURE = ("image_size", "patch_size", "in_channels", "dim", "depth", "num_heads")
+
+
+def _check_encoder(config: ViTConfig) -> None:
+    """Refuse an encoder MAE cannot pre-train: a class token, a conv stem, a position code
+    other than a table."""
+    if config.pool != "mean":
+        raise ValueError(
+            f"MAE's encoder here has no class token: pass pool='mean', got {config.pool!r}"
+        )
+    if config.stem != "patch":
+        raise ValueError(
+            f"MAE needs stem='patch' (a convolutional stem sees hidden pixels), got {config.stem!r}"
+        )
+    if config.pos_embed not in ("learned", "sincos2d"):
+        raise ValueError(
+            f"pos_embed must be 'learned' or 'sincos2d' for the ViT to fine-tune, got "
+            f"{config.pos_embed!r}"
+        )
+    if config.distilled:
+        raise ValueError("MAE pre-trains an encoder without a distillation token")
+
+
+def _check_decoder(dim: int, depth: int, heads: int, mask_ratio: float, norm_pix: bool) -> None:
+    check_int("decoder_dim", dim), check_int("decoder_depth", depth)
+    check_int("decoder_heads", heads)
+    if dim % 4 or dim % heads:
+        raise ValueError(
+            f"decoder_dim must be a multiple of 4 (the sine-cosine table) and of "
+            f"decoder_heads={heads}, got decoder_dim={dim}"
+        )
+    check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
+    check_bool("norm_pix_loss", norm_pix)
+
+
+def _check_same_encoder(pretrained: ViTConfig, target: ViTConfig) -> None:
+    changed = [
+        f"{k}: {getattr(pretrained, k)!r} -> {getattr(target, k)!r}"
+        for k in (*_ARCHITECTURE, "mlp_ratio", "qkv_bias", "pool", "stem")
+        if getattr(pretrained, k) != getattr(target, k)
+    ]
+    if changed:
+        raise ValueError(
+            f"to_vit keeps the pre-trained architecture; these fields changed: {changed}"
+        )
+
+
+def pretrain(
+    model: MaskedAutoencoder,
+    loader: torch.utils.data.DataLoader,
+    *,
+    epochs: int,
+    lr: float,
+    weight_decay: float = 0.05,
+    warmup_epochs: float = 0,
+    device: Device = "auto",
+    amp: bool = True,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Pre-train ``model`` on ``loader``'s images, ignoring any labels; the per-epoch history.
+
+    The optimiser is MAE's (Appendix A.1, Table 8): AdamW with betas (0.9, 0.95), weight
+    decay on the weight matrices only, linear warm-up then cosine decay per step.
+
+    Args:
+        loader: batches of images ``(B, C, H, W)``, or of ``(images, labels)`` pairs
+            whose labels are never read; its sampler's ``set_epoch`` runs every epoch.
+        epochs: passes over ``loader``.
+        lr: the peak learning rate.
+        weight_decay: AdamW's.
+        warmup_epochs: length of the linear warm-up (fractions allowed).
+        device: ``'auto'`` (the GPU if there is one), ``'cpu'``, ``'cuda'``...
+        amp: bf16 autocast on a GPU that supports it (never on the CPU).
+        progress: print a line per epoch.
+
+    Returns:
+        ``{'epoch', 'loss', 'lr', 'time'}``: per epoch, the mean training loss, the last
+        learning rate and the seconds spent.
+    """
+    check_int("epochs", epochs), check_real("lr", lr, 0.0, low_open=True)
+    check_real("weight_decay", weight_decay, 0.0), check_real("warmup_epochs", warmup_epochs, 0.0)
+    device = resolve_device(device)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    total = epochs * len(loader)
+    schedule = warmup_cosine(optimizer, min(round(warmup_epochs * len(loader)), total - 1), total)
+    bf16 = bool(amp) and device.type == "cuda" and torch.cuda.is_bf16_supported()
+    history: dict[str, list[float]] = {"epoch": [], "loss": [], "lr": [], "time": []}
+    for epoch in range(epochs):
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        tic = time.perf_counter()
+        loss = _pretrain_epoch(model, loader, optimizer, schedule, device, bf16)
+        history["epoch"].append(epoch + 1)
+        history["loss"].append(loss)
+        history["lr"].append(optimizer.param_groups[0]["lr"])
+        history["time"].append(time.perf_counter() - tic)
+        if progress:
+            print(f"epoch {epoch + 1}/{epochs}: loss {loss:.4f}", flush=True)
+    return history
+
+
+def _pretrain_epoch(model, loader, optimizer, schedule, device, bf16: bool) -> float:
+    """One pass over ``loader``; the mean loss."""
+    losses = []
+    for batch in loader:
+        images = (batch[0] if isinstance(batch, (tuple, list)) else batch).to(device)
+        with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+            loss = model(images).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).mean().item()

@@ -1,0 +1,318 @@
+"""Chapter 9's experiments: pre-train on Fashion-MNIST, then fine-tune with few labels.
+
+Three starting points for the same ViT (chapter 8's plain ViT: 4×4-pixel patches, a 7×7
+grid, 4 blocks of width 64, mean pooling):
+
+- ``'scratch'``: random weights;
+- ``'mae'``: the encoder of a :class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on
+  the 60,000 training images without their labels (:func:`pretrain_mae`);
+- ``'supervised'``: a ViT pre-trained on the same 60,000 images with *other* labels, the
+  five coarse groups of :data:`COARSE_GROUPS` (:func:`pretrain_supervised`). Like ImageNet
+  pre-training it learns from many labels of another task; the groups say nothing about
+  the hard distinctions inside "tops" (T-shirt, pullover, coat, shirt) or "footwear".
+
+Each is then trained on ``per_class`` labelled images per class (:func:`labelled_data`),
+either whole (:func:`finetune`) or as a linear probe on frozen features
+(:func:`linear_probe`). Validation images (the fixed 5,000 of
+:func:`~vit_tutorial.data.fashion_mnist_datasets`) choose the probe's regularisation; the
+test set is scored once per run.
+
+Example:
+    >>> [COARSE_NAMES[g] for g in COARSE_GROUPS]  # Fashion-MNIST's classes 0..9
+    ['top', 'trouser', 'top', 'dress', 'top', 'footwear', 'top', 'footwear', 'bag', 'footwear']
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+from vit_tutorial.checks import check_int
+from vit_tutorial.data import (
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
+    DataSplits,
+    ImageTensors,
+    digits_datasets,
+    fashion_mnist_datasets,
+    make_loader,
+    stratified_indices,
+)
+from vit_tutorial.engine import Device, evaluate, fit, predict
+from vit_tutorial.finetune import replace_head, set_image_size
+from vit_tutorial.mae import MaskedAutoencoder, pretrain
+from vit_tutorial.vit import VisionTransformer
+
+__all__ = [
+    "COARSE_GROUPS",
+    "COARSE_NAMES",
+    "DECODER",
+    "ENCODER",
+    "STARTS",
+    "finetune",
+    "labelled_data",
+    "linear_probe",
+    "new_head",
+    "pretrain_mae",
+    "pretrain_supervised",
+    "at_resolution",
+    "digits_like_fashion_mnist",
+    "features",
+]
+
+#: The ViT every run fine-tunes (chapter 8's ``'vit'``), for 28×28 grey images.
+ENCODER = dict(
+    image_size=28, patch_size=4, in_channels=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0
+)
+#: The MAE decoder: one block of width 64, much lighter than the encoder, as in the paper.
+DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
+#: Fashion-MNIST class -> coarse group, for the supervised pre-training's "other labels".
+COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
+COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
+STARTS = ("scratch", "mae", "supervised")
+#: Fine-tuning settings shared by every start (``fit``'s); warm-up is a tenth of the run.
+FINETUNE = dict(lr=1e-3, weight_decay=0.05, label_smoothing=0.1)
+
+
+def pretrain_mae(
+    *,
+    epochs: int,
+    seed: int = 0,
+    lr: float = 1.5e-3,
+    batch_size: int = 256,
+    images: int | None = None,
+    data_root: str | Path | None = None,
+    device: Device = "auto",
+    progress: bool = False,
+) -> tuple[MaskedAutoencoder, dict[str, list]]:
+    """A :class:`~vit_tutorial.mae.MaskedAutoencoder` trained on all 60,000 training
+    images (or a class-balanced ``images`` of them), labels unused; ``(model, history)``."""
+    data = fashion_mnist_datasets(
+        data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
+    )
+    torch.manual_seed(seed)
+    model = MaskedAutoencoder(**ENCODER, **DECODER)
+    history = pretrain(
+        model,
+        data.train_loader,
+        epochs=epochs,
+        lr=lr,
+        warmup_epochs=min(1, epochs / 10),
+        device=device,
+        progress=progress,
+    )
+    return model.cpu().eval(), history
+
+
+class _Relabelled(torch.utils.data.Dataset):
+    """A dataset whose labels are mapped through ``table`` (class -> coarse group)."""
+
+    def __init__(self, dataset: ImageTensors, table: tuple[int, ...]) -> None:
+        self.dataset, self.table = dataset, torch.tensor(table)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        image, label = self.dataset[index]
+        return image, self.table[label]
+
+
+def pretrain_supervised(
+    *,
+    epochs: int,
+    seed: int = 0,
+    lr: float = 2e-3,
+    batch_size: int = 128,
+    images: int | None = None,
+    data_root: str | Path | None = None,
+    device: Device = "auto",
+    progress: bool = False,
+) -> tuple[VisionTransformer, dict[str, list]]:
+    """The ViT trained on all 60,000 training images (or a class-balanced ``images`` of
+    them) to tell the 5 coarse groups of :data:`COARSE_GROUPS` apart; ``(model, history)``."""
+    data = fashion_mnist_datasets(data_root, train_size=images, val_size=0, seed=seed)
+    coarse = _Relabelled(data.train, COARSE_GROUPS)
+    torch.manual_seed(seed)
+    model = VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
+    loader = make_loader(coarse, batch_size, shuffle=True, seed=seed)
+    history = fit(
+        model,
+        loader,
+        None,
+        epochs=epochs,
+        lr=lr,
+        weight_decay=0.05,
+        warmup_epochs=min(1, epochs / 10),
+        label_smoothing=0.1,
+        device=device,
+        progress=progress,
+    )
+    return model.cpu().eval(), history
+
+
+def new_head(model: VisionTransformer, num_classes: int = 10) -> VisionTransformer:
+    """A copy of ``model`` with a fresh zero-initialised ``num_classes``-way head
+    (:func:`~vit_tutorial.finetune.replace_head`); every other weight is kept, the pooled
+    feature's LayerNorm too."""
+    return replace_head(copy.deepcopy(model), num_classes)
+
+
+def labelled_data(
+    per_class: int,
+    seed: int,
+    *,
+    batch_size: int = 64,
+    image_size: int = 28,
+    eval_size: int | None = None,
+    data_root: str | Path | None = None,
+) -> DataSplits:
+    """Fashion-MNIST with ``per_class`` labelled training images per class, drawn with
+    ``seed`` from the 55,000 left after the validation split; the fixed validation split
+    and the test set whole (or their first ``eval_size`` images, for quick checks).
+    ``image_size`` > 28 upsamples every image (bicubic)."""
+    check_int("per_class", per_class)
+    data = fashion_mnist_datasets(data_root, seed=seed, batch_size=batch_size)
+    if per_class * 10 > len(data.train):
+        raise ValueError(f"per_class must be at most {len(data.train) // 10}, got {per_class}")
+    if image_size != 28:
+        _upsample(data, image_size)
+    picked = stratified_indices(data.train.labels, per_class * 10, seed=seed)
+    train = Subset(data.train, picked.tolist())
+    held_out = {}
+    if eval_size is not None:
+        for name in ("val", "test"):
+            held_out[name] = Subset(getattr(data, name), range(eval_size))
+            held_out[f"{name}_loader"] = make_loader(held_out[name], 1000, shuffle=False)
+    return dataclasses.replace(
+        data,
+        train=train,
+        train_loader=make_loader(train, batch_size, shuffle=True, seed=seed),
+        image_size=image_size,
+        **held_out,
+    )
+
+
+def _upsample(data: DataSplits, image_size: int) -> None:
+    from torchvision.transforms import v2
+
+    resize = v2.Resize((image_size, image_size), v2.InterpolationMode.BICUBIC, antialias=True)
+    for split in (data.train, data.val, data.test):
+        split.transform = resize
+
+
+def finetune(
+    model: nn.Module, data: DataSplits, *, epochs: int, device: Device = "auto", **options: Any
+) -> dict[str, float]:
+    """Train every weight of ``model`` on ``data.train_loader``; its test accuracy and
+    training seconds. ``options`` override :data:`FINETUNE` (``lr``, ...)."""
+    history = fit(
+        model,
+        data.train_loader,
+        None,
+        epochs=epochs,
+        warmup_epochs=epochs / 10,
+        device=device,
+        progress=False,
+        **{**FINETUNE, **options},
+    )
+    return {
+        "test_accuracy": evaluate(model, data.test_loader, device)["accuracy"],
+        "train_seconds": sum(history["time"]),
+    }
+
+
+def features(model: VisionTransformer, loader: DataLoader, device: Device = "cpu") -> Tensor:
+    """The mean of the encoder's output tokens, ``(n, D)``: what a linear probe reads."""
+    return predict(_MeanTokens(model), loader, device, None)[0]
+
+
+class _MeanTokens(nn.Module):
+    """``model``'s encoder output averaged over the tokens (before any head)."""
+
+    def __init__(self, model: VisionTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model.forward_features(images).mean(dim=1)
+
+
+def linear_probe(
+    model: VisionTransformer, data: DataSplits, device: Device = "cpu"
+) -> dict[str, float]:
+    """Logistic regression on frozen, standardised :func:`features`; the L2 strength is
+    the one of ``C`` in 10^-3..10^2 best on the validation split. Test accuracy and ``C``.
+
+    MAE's linear probe (Appendix A.2) trains a linear layer after a BatchNorm without
+    affine parameters, by SGD on all of ImageNet; with at most 10,000 labelled images a
+    regularised logistic regression solved exactly (scikit-learn) is the same model,
+    fitted without a schedule to tune.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    model.eval()
+    train_loader = make_loader(data.train, 1000, shuffle=False)
+    x, y = features(model, train_loader, device), _labels(data.train)
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    scaled = {
+        name: ((features(model, loader, device) - mean) / std).numpy()
+        for name, loader in (("val", data.val_loader), ("test", data.test_loader))
+    }
+    best = None
+    for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0):
+        probe = LogisticRegression(C=c, max_iter=2000).fit(((x - mean) / std).numpy(), y)
+        score = probe.score(scaled["val"], _labels(data.val))
+        if best is None or score > best[0]:
+            best = (score, c, probe)
+    score, c, probe = best
+    return {"test_accuracy": probe.score(scaled["test"], _labels(data.test)), "C": c}
+
+
+def _labels(dataset) -> Any:
+    loader = make_loader(dataset, 1000, shuffle=False)
+    return torch.cat([y for _, y in loader]).numpy()
+
+
+def at_resolution(
+    model: VisionTransformer, image_size: int, *, interpolate: bool = True
+) -> VisionTransformer:
+    """``model`` for ``image_size`` × ``image_size`` images, the same patch size, so a
+    larger grid: its position table resampled (:func:`~vit_tutorial.finetune.set_image_size`,
+    the ViT paper's Section 3.2) or, with ``interpolate=False``, replaced by a fresh random
+    table, initialised as a new ViT's (to measure what resampling keeps)."""
+    bigger = set_image_size(model, image_size)
+    if not interpolate:
+        with torch.no_grad():
+            nn.init.trunc_normal_(bigger.pos_embed.weight, std=0.02, a=-0.04, b=0.04)
+    return bigger
+
+
+def digits_like_fashion_mnist(seed: int = 0, batch_size: int = 64) -> DataSplits:
+    """scikit-learn's digits (chapter 6's split: 1,437 training and 360 test images) as
+    the Fashion-MNIST encoder expects them: pixels 0-16 scaled to 0-1, resized bilinearly
+    from 8×8 to 28×28, normalised with Fashion-MNIST's mean and standard deviation."""
+    data = digits_datasets(seed=seed, batch_size=batch_size)
+    sets = {}
+    for name in ("train", "test"):
+        images, labels = getattr(data, name).tensors
+        pixels = (images * data.std[0] + data.mean[0]) / 16
+        big = nn.functional.interpolate(pixels, size=28, mode="bilinear", antialias=True)
+        normalised = (big.clamp(0, 1) - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
+        sets[name] = TensorDataset(normalised, labels)
+    return dataclasses.replace(
+        data,
+        train=sets["train"],
+        test=sets["test"],
+        train_loader=make_loader(sets["train"], batch_size, shuffle=True, seed=seed),
+        test_loader=make_loader(sets["test"], 512, shuffle=False),
+        image_size=28,
+        mean=FASHION_MNIST_MEAN,
+        std=FASHION_MNIST_STD,
+    )
