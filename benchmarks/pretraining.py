@@ -55,10 +55,7 @@ TARGET_PER_CLASS = 100
 TIME_LIMIT_S = 20 * 60
 #: Pre-training epochs over the 60,000 images.
 MAE_EPOCHS, SUPERVISED_EPOCHS = 10, 4
-#: Fine-tuning epochs per labelled-set size: about 500 optimiser steps at least (batch 64),
-#: and 10 passes at most over the largest set, chosen before any test score was seen.
-FINETUNE_EPOCHS = {10: 200, 100: 30, 1000: 10}
-DIGITS_EPOCHS, RESOLUTION_EPOCHS, RESOLUTION = 30, 30, 40
+RESOLUTION = 40
 QUICK = dict(images=500, epochs=1, per_class=2, eval_size=200)
 
 
@@ -150,7 +147,6 @@ def few_label_runs(per_class: int, args, encoders: dict) -> list[dict]:
     """Fine-tuning of the three starts and linear probes of the two encoders."""
     quick = QUICK if args.quick else {}
     per_class_run = quick.get("per_class", per_class)
-    epochs = quick.get("epochs", FINETUNE_EPOCHS[per_class])
     rows = []
     for seed in args.seeds:
         data = transfer.labelled_data(per_class_run, seed, eval_size=quick.get("eval_size"))
@@ -159,8 +155,9 @@ def few_label_runs(per_class: int, args, encoders: dict) -> list[dict]:
             if name != "scratch":
                 probe = transfer.linear_probe(model, data)
                 rows.append(row("probe", name, per_class, seed, probe))
+            epochs = quick.get("epochs", transfer.budget(name, 10 * per_class))
             result = transfer.finetune(model, data, epochs=epochs, device=args.device)
-            rows.append(row("finetune", name, per_class, seed, result))
+            rows.append(row("finetune", name, per_class, seed, {**result, "epochs": epochs}))
     return rows
 
 
@@ -175,19 +172,19 @@ def row(mode: str, name: str, per_class: int, seed: int, result: dict) -> dict:
 
 
 def digits_runs(args, encoders: dict) -> list[dict]:
-    epochs = QUICK["epochs"] if args.quick else DIGITS_EPOCHS
     rows = []
     for seed in args.seeds:
         data = transfer.digits_like_fashion_mnist(seed)
         for name in ("scratch", "mae"):
+            epochs = QUICK["epochs"] if args.quick else transfer.budget(name, len(data.train))
             result = transfer.finetune(start(name, encoders, seed), data, epochs=epochs)
-            rows.append(row("finetune", name, "digits", seed, result))
+            rows.append(row("finetune", name, "digits", seed, {**result, "epochs": epochs}))
     return rows
 
 
 def resolution_runs(args, encoders: dict) -> list[dict]:
     quick = QUICK if args.quick else {}
-    epochs = quick.get("epochs", RESOLUTION_EPOCHS)
+    epochs = quick.get("epochs", transfer.budget("mae", 10 * TARGET_PER_CLASS))
     rows = []
     for seed in args.seeds:
         data = transfer.labelled_data(
@@ -201,6 +198,7 @@ def resolution_runs(args, encoders: dict) -> list[dict]:
                 start("mae", encoders, seed), RESOLUTION, interpolate=table == "interpolated"
             )
             result = transfer.finetune(model, data, epochs=epochs, device=args.device)
+            result["epochs"] = epochs
             rows.append(row("finetune", f"mae-{table}", TARGET_PER_CLASS, seed, result))
     return rows
 

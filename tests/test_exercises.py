@@ -19,6 +19,13 @@ from vit_tutorial.data_efficiency import resnet18_greyscale
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import _loss, param_groups, predict, warmup_cosine
 from vit_tutorial.exercises.data_efficiency import _distillation_loss, _mixup
+from vit_tutorial.exercises.pretraining import _decoder_tokens
+from vit_tutorial.mae import (
+    MaskedAutoencoder,
+    masked_patch_loss,
+    normalized_patches,
+    random_masking,
+)
 from vit_tutorial.patches import image_to_patches, patches_to_image
 from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
@@ -116,6 +123,33 @@ def mixup_by_lerp(images, labels, lam, num_classes):
     return images.roll(1, 0).lerp(images, lam), one_hot.roll(1, 0).lerp(one_hot, lam)
 
 
+def mae_loss(pred, images, mask, patch_size):
+    return masked_patch_loss(pred, normalized_patches(images, patch_size), mask)
+
+
+def package_decoder_tokens(latent, mask_token, ids_restore):
+    """What MaskedAutoencoder.forward_decoder hands its first block, caught by a hook.
+
+    The decoder's embedding is an identity and its position table zeros, so the first
+    block receives the visible tokens and the mask tokens, unshuffled, and nothing else.
+    """
+    n, d = ids_restore.shape[1], latent.shape[-1]
+    tiny = dict(image_size=4, patch_size=2, in_channels=1, depth=1, num_heads=1)
+    mae = MaskedAutoencoder(dim=d, decoder_dim=d, decoder_depth=1, decoder_heads=1, **tiny)
+    mae = mae.to(latent.dtype)
+    mae.decoder_embed = torch.nn.Identity()
+    mae.decoder_pos_table = torch.zeros(1, n, d, dtype=latent.dtype)
+    with torch.no_grad():
+        mae.mask_token.copy_(mask_token)
+    seen = []
+    hook = mae.decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        mae.forward_decoder(latent, ids_restore)
+    finally:
+        hook.remove()
+    return seen[0]
+
+
 REFERENCES = {
     "check_attention": multi_head,
     "check_masked_attention": masked,
@@ -143,6 +177,9 @@ REFERENCES = {
     "check_greyscale_resnet": resnet18_greyscale,
     "check_distillation_loss": engine_distillation_loss,
     "check_mixup": mixup_by_lerp,
+    "check_random_masking": random_masking,
+    "check_mae_loss": mae_loss,
+    "check_decoder_tokens": package_decoder_tokens,
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -210,6 +247,13 @@ FLOAT64 = {
     "check_greyscale_resnet": lambda in_channels, k: resnet18_greyscale(in_channels, k).double(),
     "check_distillation_loss": distillation_float64,
     "check_mixup": lambda images, y, lam, k: mixup_by_lerp(images.double(), y, lam, k),
+    "check_random_masking": lambda tokens, ratio, g: random_masking(tokens.double(), ratio, g),
+    "check_mae_loss": lambda pred, images, mask, p: mae_loss(
+        pred.double(), images.double(), mask.double(), p
+    ),
+    "check_decoder_tokens": lambda latent, token, ids: package_decoder_tokens(
+        latent.double(), token.double(), ids
+    ),
 }
 
 
@@ -287,6 +331,64 @@ def test_the_mixup_reference_is_torchvisions_mixup_with_the_same_lam(alpha, seed
     want_mixed, want_soft_labels = _mixup(images, labels, lam, 6)
     torch.testing.assert_close(mixed, want_mixed)
     torch.testing.assert_close(soft_labels, want_soft_labels)
+
+
+def masking_by_randperm(tokens, mask_ratio, generator):
+    """Another correct answer: a permutation per image, the kept tokens sorted by position."""
+    b, n, d = tokens.shape
+    keep = n - round(n * mask_ratio)
+    perms = [torch.randperm(n, generator=generator) for _ in range(b)]
+    ids_shuffle = torch.stack([torch.cat([p[:keep].sort()[0], p[keep:]]) for p in perms])
+    ids_restore = ids_shuffle.argsort(dim=1)
+    visible = torch.stack([t[i[:keep]] for t, i in zip(tokens, ids_shuffle)])
+    mask = (ids_restore >= keep).float()
+    return visible, mask, ids_restore
+
+
+def test_check_random_masking_accepts_kept_tokens_in_any_order_that_ids_restore_undoes():
+    exercises.check_random_masking(masking_by_randperm)
+
+
+@pytest.mark.parametrize("variant", ["eps outside", "mse on hidden", "per-image mean"])
+def test_check_mae_loss_accepts_other_ways_to_write_it(variant):
+    def loss(pred, images, mask, p):
+        patches = image_to_patches(images, p)
+        mean, var = patches.mean(-1, keepdim=True), patches.var(-1, keepdim=True)
+        if variant == "eps outside":
+            target = (patches - mean) / (var.sqrt() + 1e-6)
+        else:
+            target = (patches - mean) / (var + 1e-6).sqrt()
+        if variant == "mse on hidden":  # equal patches, so the mean over pixels is the same
+            return F.mse_loss(pred[mask.bool()], target[mask.bool()])
+        per_patch = (pred - target).pow(2).mean(-1)
+        if variant == "per-image mean":  # every image hides as many patches
+            return ((per_patch * mask).sum(1) / mask.sum(1)).mean()
+        return (per_patch * mask).sum() / mask.sum()
+
+    exercises.check_mae_loss(loss)
+
+
+@pytest.mark.parametrize("variant", ["scatter", "N mask tokens"])
+def test_check_decoder_tokens_accepts_other_ways_to_write_it(variant):
+    def tokens(latent, mask_token, ids_restore):
+        (b, _, d), n = latent.shape, ids_restore.shape[1]
+        x = torch.cat([latent, mask_token.expand(b, n, -1)], dim=1)  # K + N tokens
+        if variant == "N mask tokens":  # gather reads the first N of them only
+            return x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))
+        index = ids_restore.argsort(dim=1)[:, :, None].expand(-1, -1, d)
+        return torch.empty_like(x[:, :n]).scatter_(1, index, x[:, :n])
+
+    exercises.check_decoder_tokens(tokens)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_decoder_tokens_reference_is_forward_decoders(seed):
+    g = torch.Generator().manual_seed(seed)
+    latent, mask_token = torch.randn(3, 4, 8, generator=g), torch.randn(1, 1, 8, generator=g)
+    ids_restore = torch.rand(3, 9, generator=g).argsort(1).argsort(1)
+    want = package_decoder_tokens(latent, mask_token, ids_restore)
+    torch.testing.assert_close(_decoder_tokens(latent, mask_token, ids_restore), want)
+    assert torch.equal(want[0, ids_restore[0] >= 4], mask_token[0].expand(5, -1))
 
 
 # ---------------------------------------------------------------------------------------
@@ -530,6 +632,90 @@ def mixup_with(mistake):
     return mix
 
 
+def masking_with(mistake):
+    """MAE's random masking with one usual mistake."""
+
+    def mask_tokens(tokens, mask_ratio, generator):
+        b, n, d = tokens.shape
+        x = n * mask_ratio
+        hidden = {"int": int(x), "ceil": math.ceil(x), "half up": int(x + 0.5)}.get(
+            mistake, round(x)
+        )
+        keep = {"MAE's int": int(n * (1 - mask_ratio)), "round kept": round(n - x)}.get(
+            mistake, n - hidden
+        )
+        noise = {
+            "one mask": lambda: torch.rand(1, n, generator=generator).expand(b, n),
+            "global": lambda: torch.rand(b, n),
+            "seed 0": lambda: torch.rand(b, n, generator=torch.Generator().manual_seed(0)),
+        }.get(mistake, lambda: torch.rand(b, n, generator=generator))()
+        ids_shuffle = torch.arange(n).expand(b, n) if mistake == "first K" else noise.argsort(1)
+        if mistake == "twice":
+            ids_shuffle = torch.cat([ids_shuffle[:, :1], ids_shuffle[:, :-1]], dim=1)
+        ids_restore = ids_shuffle.argsort(dim=1)
+        source = tokens.roll(1, 0) if mistake == "other image" else tokens
+        visible = source.gather(1, ids_shuffle[:, :keep, None].expand(-1, -1, d))
+        mask = torch.ones(b, n)
+        mask[:, :keep] = 0
+        if mistake != "shuffled":
+            mask = mask.gather(1, ids_restore)
+        mask = {"inverted": 1 - mask, "bool": mask.bool()}.get(mistake, mask)
+        return visible, mask, ids_shuffle if mistake == "ids_shuffle" else ids_restore
+
+    return mask_tokens
+
+
+def mae_loss_with(mistake):
+    """MAE's loss with one usual mistake."""
+
+    def loss(pred, images, mask, p):
+        if mistake == "(c p1 p2)":
+            patches = rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=p, p2=p)
+        else:
+            patches = image_to_patches(images, p)
+        dims = {"image": (1, 2), "batch": (0, 1, 2)}.get(mistake, -1)
+        mean = patches.mean(dims, keepdim=True)
+        var = patches.var(dims, keepdim=True, unbiased=mistake != "biased")
+        target = {
+            "raw": lambda: patches,
+            "no eps": lambda: (patches - mean) / var.sqrt(),
+            "variance": lambda: (patches - mean) / (var + 1e-6),
+        }.get(mistake, lambda: (patches - mean) / (var + 1e-6).sqrt())()
+        error = (pred - target).pow(2)
+        per_patch = error.sum(-1) if mistake == "pixel sum" else error.mean(-1)
+        if mistake == "visible":
+            mask = 1 - mask
+        return {
+            "all": lambda: per_patch.mean(),
+            "per image": lambda: (per_patch * mask).sum(1) / mask.sum(1),
+            "per patch": lambda: per_patch * mask,
+            "all count": lambda: (per_patch * mask).sum() / mask.numel(),
+            "sum": lambda: (per_patch * mask).sum(),
+        }.get(mistake, lambda: (per_patch * mask).sum() / mask.sum())()
+
+    return loss
+
+
+def decoder_tokens_with(mistake):
+    """The decoder's input with one usual mistake."""
+
+    def tokens(latent, mask_token, ids_restore):
+        b, k, d = latent.shape
+        n = ids_restore.shape[1]
+        hidden = mask_token.expand(b if mistake != "no copies" else 1, n - k, -1)
+        if mistake == "zeros":
+            hidden = torch.zeros_like(hidden)
+        parts = [hidden, latent] if mistake == "mask first" else [latent, hidden]
+        x = torch.cat(parts, dim=1)
+        ids = ids_restore.argsort(1) if mistake == "ids_shuffle" else ids_restore
+        index = ids[:, :, None] if mistake == "no expand" else ids[:, :, None].expand(-1, -1, d)
+        return {"shuffled": lambda: x, "dim 2": lambda: x.gather(2, index)}.get(
+            mistake, lambda: x.gather(1, index)
+        )()
+
+    return tokens
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -676,6 +862,47 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_mixup", mixup_with("flip"), "timm's Mixup"),
     ("check_mixup", mixup_with("roll -1"), "roll(-1, 0)"),
     ("check_mixup", mixup_with("no num_classes"), "not num_classes"),
+    ("check_random_masking", masking_with("int"), "hiding int(N·mask_ratio)"),
+    ("check_random_masking", masking_with("ceil"), "hiding math.ceil(N·mask_ratio)"),
+    ("check_random_masking", masking_with("half up"), "halves rounded up"),
+    (
+        "check_random_masking",
+        masking_with("MAE's int"),
+        "int(N·(1 - mask_ratio)), as MAE's code does",
+    ),
+    ("check_random_masking", masking_with("round kept"), "keeping round(N·(1 - mask_ratio))"),
+    ("check_random_masking", masking_with("int"), "round(7.5) == 8, round(2.5) == 2"),
+    ("check_random_masking", masking_with("one mask"), "same mask for the whole batch"),
+    ("check_random_masking", masking_with("first K"), "you keep the first K"),
+    ("check_random_masking", masking_with("shuffled"), "mask is in shuffled order"),
+    ("check_random_masking", masking_with("inverted"), "mask is inverted"),
+    ("check_random_masking", masking_with("bool"), "mask must be float"),
+    ("check_random_masking", masking_with("ids_shuffle"), "that is ids_shuffle"),
+    ("check_random_masking", masking_with("other image"), "it is a token of image"),
+    ("check_random_masking", masking_with("twice"), "twice"),
+    ("check_random_masking", masking_with("global"), "not from torch's global one"),
+    ("check_random_masking", masking_with("seed 0"), "different seeds hid the same tokens"),
+    ("check_mae_loss", mae_loss_with("all"), "the loss is over all patches"),
+    ("check_mae_loss", mae_loss_with("visible"), "over the visible patches"),
+    ("check_mae_loss", mae_loss_with("raw"), "per-patch normalisation is missing"),
+    ("check_mae_loss", mae_loss_with("image"), "normalised over each whole image"),
+    ("check_mae_loss", mae_loss_with("batch"), "normalised over the whole batch"),
+    ("check_mae_loss", mae_loss_with("biased"), "the biased one"),
+    ("check_mae_loss", mae_loss_with("variance"), "divided by the variance"),
+    ("check_mae_loss", mae_loss_with("no eps"), "variance 0"),
+    ("check_mae_loss", mae_loss_with("all count"), "number of all patches"),
+    ("check_mae_loss", mae_loss_with("pixel sum"), "summed the squared errors"),
+    ("check_mae_loss", mae_loss_with("sum"), "summed over the hidden patches"),
+    ("check_mae_loss", mae_loss_with("per image"), "one loss per image"),
+    ("check_mae_loss", mae_loss_with("per patch"), "return one number"),
+    ("check_mae_loss", mae_loss_with("(c p1 p2)"), "(c p1 p2) order"),
+    ("check_decoder_tokens", decoder_tokens_with("shuffled"), "left in shuffled order"),
+    ("check_decoder_tokens", decoder_tokens_with("ids_shuffle"), "unshuffled with ids_shuffle"),
+    ("check_decoder_tokens", decoder_tokens_with("mask first"), "mask tokens first"),
+    ("check_decoder_tokens", decoder_tokens_with("dim 2"), "along the features (dim 2)"),
+    ("check_decoder_tokens", decoder_tokens_with("no copies"), "copied for every image"),
+    ("check_decoder_tokens", decoder_tokens_with("no expand"), "expand gather's index"),
+    ("check_decoder_tokens", decoder_tokens_with("zeros"), "hidden places hold zeros"),
     # Mistakes the chapters demonstrate, kept here for the line-width test below.
     ("check_block_forward", post_norm, "post-norm"),
     (

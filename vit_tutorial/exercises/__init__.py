@@ -26,6 +26,11 @@ from vit_tutorial.exercises.positional import (
     check_resize_table,
     check_sinusoidal_2d,
 )
+from vit_tutorial.exercises.pretraining import (
+    check_decoder_tokens,
+    check_mae_loss,
+    check_random_masking,
+)
 from vit_tutorial.exercises.training import (
     check_lr_schedule,
     check_param_groups,
@@ -65,4 +70,8 @@ __all__ = [
     "check_greyscale_resnet",
     "check_distillation_loss",
     "check_mixup",
+    # pre-training
+    "check_random_masking",
+    "check_mae_loss",
+    "check_decoder_tokens",
 ]
