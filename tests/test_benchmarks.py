@@ -146,3 +146,88 @@ def test_committed_study_results():
         accuracies = config["test_accuracy"]
         assert config["mean_test_accuracy"] == pytest.approx(sum(accuracies) / 3)
     assert len(record["runs"]) + len(record["missing_runs"]) == 87
+
+
+def run_pretraining(out: Path, *parts: str) -> subprocess.CompletedProcess:
+    command = ["benchmarks/pretraining.py", "--quick", "--seeds", "0", "--out", str(out)]
+    return subprocess.run(
+        [sys.executable, *command, "--parts", *parts],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def check_pretraining_part(part: dict, seeds: list[int]) -> None:
+    check_provenance(part, "pretraining.py", seeds)
+    for s in part["summary"]:
+        values = [
+            r["test_accuracy"]
+            for r in part["runs"]
+            if (r["mode"], r["start"], r["per_class"]) == (s["mode"], s["start"], s["per_class"])
+        ]
+        assert s["seeds"] == len(values) == len(seeds)
+        assert s["mean"] == pytest.approx(sum(values) / len(values))
+        assert s["min"] <= s["mean"] <= s["max"] and s["std"] >= 0
+
+
+FEW_LABEL_RUNS = {
+    ("finetune", "scratch"),
+    ("probe", "mae"),
+    ("finetune", "mae"),
+    ("probe", "supervised"),
+    ("finetune", "supervised"),
+}
+
+
+def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
+    import hashlib
+
+    out = tmp_path / "pre.json"
+    run = run_pretraining(out, "target")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "target (MAE fine-tuned beats scratch" in run.stdout
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "pretraining" and record["quick"] is True
+    target = record["target"]
+    check_pretraining_part(target, [0])
+    assert {(r["mode"], r["start"]) for r in target["runs"]} == FEW_LABEL_RUNS
+    assert set(target["target"]) == {"margin", "needed", "mae_seconds", "met"}
+    for name, entry in target["pretraining"].items():
+        path = tmp_path / entry["weights"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+    # the other parts load the saved encoders and leave the target part as it was
+    run = run_pretraining(out, "labels", "digits", "resolution")
+    assert run.returncode == 0, run.stdout + run.stderr
+    again = json.loads(out.read_text())
+    assert again["target"] == target
+    assert {r["per_class"] for r in again["labels"]["runs"]} == {10, 1000}
+    assert {r["start"] for r in again["digits"]["runs"]} == {"scratch", "mae"}
+    assert {r["start"] for r in again["resolution"]["runs"]} == {"mae-interpolated", "mae-fresh"}
+    for part in ("labels", "digits", "resolution"):
+        check_pretraining_part(again[part], [0])
+    # weights that do not match their recorded hash are refused
+    weights = tmp_path / target["pretraining"]["mae"]["weights"]
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    run = run_pretraining(out, "digits")
+    assert run.returncode != 0 and "does not match the SHA-256" in run.stderr
+
+
+def test_committed_pretraining_results():
+    import hashlib
+
+    results = ROOT / "benchmarks" / "results"
+    record = json.loads((results / "pretraining.json").read_text())
+    assert record["benchmark"] == "pretraining" and record["quick"] is False
+    for name in ("target", "labels", "digits", "resolution"):
+        if name in record:
+            check_pretraining_part(record[name], [0, 1, 2])
+            assert record[name]["provenance"]["git_dirty"] is False, name
+    target = record["target"]
+    assert {(r["mode"], r["start"]) for r in target["runs"]} == FEW_LABEL_RUNS
+    assert target["target"]["met"] is True
+    assert target["target"]["mae_seconds"] <= 20 * 60
+    for name, entry in target["pretraining"].items():
+        path = results / entry["weights"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
