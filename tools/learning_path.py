@@ -66,6 +66,12 @@ CHAPTERS = (
         ("data_efficiency",),
         ("data", "vit"),
     ),
+    Chapter(
+        "book/09_pretraining",
+        "Pre-training and fine-tuning",
+        ("mae", "transfer", "finetune"),
+        ("data", "patches", "positional", "vit", "interop"),
+    ),
 )
 EXERCISES = "exercises"  # the module every chapter's exercises import
 
