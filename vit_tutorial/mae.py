@@ -59,13 +59,10 @@ __all__ = [
 
 
 class MAEOutput(NamedTuple):
-    """What :meth:`MaskedAutoencoder.forward` returns.
-
-    Attributes:
-        loss: the mean squared error on the masked patches (a scalar).
-        pred: predicted pixels of every patch, ``(B, N, P·P·C)`` (normalised per patch
-            when the model's ``norm_pix_loss`` is on).
-        mask: ``(B, N)``, 1.0 where the patch was hidden, 0.0 where the encoder saw it.
+    """What :meth:`MaskedAutoencoder.forward` returns: ``loss``, the mean squared error on
+    the masked patches (a scalar); ``pred``, the predicted pixels of every patch,
+    ``(B, N, P·P·C)`` (normalised per patch when the model's ``norm_pix_loss`` is on); and
+    ``mask``, ``(B, N)``, 1.0 where the patch was hidden and 0.0 where the encoder saw it.
     """
 
     loss: Tensor
