@@ -181,13 +181,17 @@ def summarize_and_print(runs: list[dict]) -> tuple[dict, list[float]]:
 
 def write_json(path: Path, data: dict) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
+    write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, renamed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -16,6 +16,8 @@ from vit_tutorial.interop import (
     from_torchvision,
     load_converted,
     max_abs_logit_difference,
+    ours_state_dict_to_timm,
+    ours_state_dict_to_torchvision,
     timm_state_dict_to_ours,
     torchvision_state_dict_to_ours,
 )
@@ -167,6 +169,52 @@ def test_timm_unsupported_variants():
     )
     with pytest.raises(ValueError, match=r"4 timm keys.*blocks.0.ls1.gamma"):
         from_timm(layer_scale)
+
+
+# --- ours to theirs ---------------------------------------------------------------------------
+
+
+def test_ours_to_torchvision_round_trip_same_logits():
+    ours = perturb(small_ours())
+    ref = TorchvisionViT(**{**SMALL_TV, "mlp_dim": 256})
+    ref.load_state_dict(ours_state_dict_to_torchvision(ours.state_dict()))  # strict
+    assert_same_logits(ours, ref.eval(), torch.randn(3, 3, 32, 32))
+    back = torchvision_state_dict_to_ours(ours_state_dict_to_torchvision(ours.state_dict()))
+    assert back.keys() == ours.state_dict().keys()
+
+
+def test_ours_to_torchvision_uses_todays_mlp_names():
+    keys = ours_state_dict_to_torchvision(small_ours().state_dict())
+    assert "encoder.layers.encoder_layer_0.mlp.0.weight" in keys
+    assert not any("linear_1" in k for k in keys)
+
+
+def test_ours_to_timm_round_trip_same_logits():
+    ours = perturb(small_ours())
+    ref = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, **{**SMALL_TIMM, "mlp_ratio": 4}
+    )
+    ref.load_state_dict(ours_state_dict_to_timm(ours.state_dict()))  # strict
+    assert_same_logits(ours, ref.eval(), torch.randn(3, 3, 32, 32))
+    assert timm_state_dict_to_ours(ours_state_dict_to_timm(ours.state_dict())).keys() == (
+        ours.state_dict().keys()
+    )
+
+
+def test_ours_to_torchvision_refuses_a_mean_pooled_model():
+    mean = VisionTransformer(image_size=32, patch_size=8, depth=1, num_heads=4, dim=64, pool="mean")
+    with pytest.raises(
+        ValueError, match=r"2 vit_tutorial keys have no counterpart in torchvision.*fc_norm"
+    ):
+        ours_state_dict_to_torchvision(mean.state_dict())
+
+
+def test_ours_to_timm_refuses_a_relative_position_bias():
+    rel = VisionTransformer(
+        image_size=32, patch_size=8, depth=1, num_heads=4, dim=64, pos_embed="relative"
+    )
+    with pytest.raises(ValueError, match="no counterpart in timm"):
+        ours_state_dict_to_timm(rel.state_dict())
 
 
 # --- checks on keys and shapes ---------------------------------------------------------------

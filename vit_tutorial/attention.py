@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.checks import check_bool, check_int, check_real
@@ -194,9 +193,11 @@ class MultiHeadSelfAttention(nn.Module):
             raise ValueError(
                 f"expected last dimension dim={self.dim}, got {x.shape[-1]} (x is {tuple(x.shape)})"
             )
-        T = x.shape[1]
-        check_mask(attn_bias, (x.shape[0], self.num_heads, T, T))
-        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        B, T, _ = x.shape
+        check_mask(attn_bias, (B, self.num_heads, T, T))
+        # "b n (three h d) -> three b h n d" as a view and a permute: einops' rearrange
+        # computes the same, with ~20 µs of Python per call (the speed appendix)
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, h, T, d)
         if rope is not None:
             q, k = rope(q), rope(k)
@@ -204,7 +205,8 @@ class MultiHeadSelfAttention(nn.Module):
 
     def _merge(self, out: Tensor) -> Tensor:
         """Merge the heads ``(B, h, T, d) -> (B, T, D)`` and project."""
-        return self.proj_dropout(self.proj(rearrange(out, "b h n d -> b n (h d)")))
+        B, h, T, d = out.shape
+        return self.proj_dropout(self.proj(out.transpose(1, 2).reshape(B, T, h * d)))
 
     def forward(
         self,

@@ -152,6 +152,8 @@ class DropPath(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Drop whole samples of ``x`` (shape ``(B, ...)``) with probability ``p``."""
+        if self.p == 0.0 or not self.training:  # the identity, without re-checking p
+            return x
         return drop_path(x, self.p, self.training)
 
     def extra_repr(self) -> str:

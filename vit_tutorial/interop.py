@@ -26,6 +26,8 @@ __all__ = [
     "TIMM_KEYS",
     "torchvision_state_dict_to_ours",
     "timm_state_dict_to_ours",
+    "ours_state_dict_to_torchvision",
+    "ours_state_dict_to_timm",
     "load_converted",
     "from_torchvision",
     "from_timm",
@@ -76,7 +78,10 @@ def _pattern(template: str) -> re.Pattern:
 
 
 def _convert(
-    state_dict: dict[str, Tensor], key_map: dict[str, str], source: str
+    state_dict: dict[str, Tensor],
+    key_map: dict[str, str],
+    source: str,
+    target: str = "vit_tutorial",
 ) -> dict[str, Tensor]:
     rules = [(_pattern(theirs), ours) for theirs, ours in key_map.items()]
     out, unmatched = {}, []
@@ -89,7 +94,7 @@ def _convert(
             unmatched.append(key)
     if unmatched:
         raise ValueError(
-            f"{len(unmatched)} {source} keys have no counterpart in vit_tutorial "
+            f"{len(unmatched)} {source} keys have no counterpart in {target} "
             f"(an unsupported variant?): {unmatched}"
         )
     return out
@@ -111,6 +116,35 @@ def timm_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
         ValueError: listing the keys that match no entry of the map.
     """
     return _convert(state_dict, TIMM_KEYS, "timm")
+
+
+def _inverse(key_map: dict[str, str]) -> dict[str, str]:
+    """Our key -> their key; where two of theirs share one of ours, the first (current) one."""
+    inverse: dict[str, str] = {}
+    for theirs, ours in key_map.items():
+        inverse.setdefault(ours, theirs)
+    return inverse
+
+
+def ours_state_dict_to_torchvision(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of our state dict to torchvision's (the inverse of
+    :func:`torchvision_state_dict_to_ours`, with today's ``mlp.0``/``mlp.3`` names).
+
+    Raises:
+        ValueError: listing our keys that torchvision's ViT has no place for (a mean-pooled
+            model's ``fc_norm``, say: torchvision's ViT always classifies a class token).
+    """
+    return _convert(state_dict, _inverse(TORCHVISION_KEYS), "vit_tutorial", "torchvision")
+
+
+def ours_state_dict_to_timm(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of our state dict to timm's (the inverse of
+    :func:`timm_state_dict_to_ours`); load it into the timm model of the same configuration.
+
+    Raises:
+        ValueError: listing our keys that have no timm counterpart.
+    """
+    return _convert(state_dict, _inverse(TIMM_KEYS), "vit_tutorial", "timm")
 
 
 def load_converted(

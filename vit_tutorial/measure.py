@@ -1,6 +1,9 @@
-"""Measuring what a layer costs on the CPU: wall-clock time and peak memory.
+"""Measuring what a layer costs: wall-clock time, peak memory and FLOP utilisation.
 
-Used by the chapters that measure cost (1 and 7) and by ``benchmarks/``.
+Used by the chapters that measure cost (1 and 7), the performance appendix and
+``benchmarks/``. :func:`interleaved_timings` times several implementations of the same
+work in rotating order, so that a slow spell of the machine hits them all alike, and
+:func:`ratio_to_best` turns those rounds into "ours / the fastest other" per round.
 """
 
 from __future__ import annotations
@@ -8,11 +11,17 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
-__all__ = ["median_seconds", "peak_memory"]
+__all__ = [
+    "median_seconds",
+    "peak_memory",
+    "interleaved_timings",
+    "ratio_to_best",
+    "model_flops_utilization",
+]
 
 
 def peak_memory(fn: Callable[[], object]) -> int:
@@ -58,3 +67,110 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_timings(
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int = 5,
+    warmup: int = 1,
+    synchronize: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """Wall-clock seconds of each ``fns[name]()``, once per round, in rotating order.
+
+    Every function first runs ``warmup`` times. Then round ``r`` runs all of them, starting
+    with the ``r``-th (mod their number), so none always runs first or last; a machine
+    that slows down for a while slows them all, and the per-round ratios stay fair.
+
+    Args:
+        fns: the implementations to compare, by name; each does the same work.
+        rounds: timed rounds, at least 1.
+        warmup: untimed runs of each function first.
+        synchronize: called before reading the clock (``torch.cuda.synchronize`` on a GPU,
+            whose kernels run asynchronously); ``None`` on the CPU.
+
+    Returns:
+        ``{name: [seconds of round 0, round 1, ...]}``.
+
+    Example:
+        >>> times = interleaved_timings({"a": lambda: None, "b": lambda: None}, rounds=3)
+        >>> {name: len(seconds) for name, seconds in times.items()}
+        {'a': 3, 'b': 3}
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if not fns:
+        raise ValueError("fns is empty: give at least one function to time")
+    sync = synchronize or (lambda: None)
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            start = time.perf_counter()
+            fns[name]()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, object]:
+    """How ``ours`` compares with the fastest of the others, from interleaved rounds.
+
+    The headline ``ratio`` is ``median(times[ours]) / median(times[best])``, where ``best``
+    is the other name with the smallest median time; below 1 means ``ours`` is faster.
+    ``round_median``, ``round_min`` and ``round_max`` summarise the per-round ratios
+    ``times[ours][r] / times[best][r]``, the spread the noise of the machine leaves.
+    (Dividing each round by the smaller of several others' times instead would favour
+    the others: the minimum of noisy times is biased low.) The medians of the raw times
+    come too, as ``median_<name>`` (seconds).
+
+    Example:
+        >>> r = ratio_to_best({"ours": [1.0, 2.0, 3.0], "a": [2.0, 2.0, 2.0],
+        ...                    "b": [4.0, 1.0, 6.0]}, "ours")
+        >>> r["best"], r["ratio"], r["round_min"], r["round_max"]
+        ('a', 1.0, 0.5, 1.5)
+    """
+    if ours not in times:
+        raise ValueError(f"{ours!r} is not among the timed names {sorted(times)}")
+    others = [name for name in times if name != ours]
+    if not others:
+        raise ValueError(f"nothing to compare {ours!r} with: time at least one other")
+    lengths = {len(seconds) for seconds in times.values()}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"every name needs the same number (>= 1) of rounds, got {lengths}")
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    best = min(others, key=medians.__getitem__)
+    rounds = [mine / theirs for mine, theirs in zip(times[ours], times[best], strict=True)]
+    summary: dict[str, object] = {
+        "best": best,
+        "ratio": medians[ours] / medians[best],
+        "round_median": statistics.median(rounds),
+        "round_min": min(rounds),
+        "round_max": max(rounds),
+    }
+    summary.update({f"median_{name}": m for name, m in medians.items()})
+    return summary
+
+
+def model_flops_utilization(flops: float, seconds: float, peak_flops: float) -> float:
+    """Model FLOP utilisation: ``flops / seconds``, the achieved rate, over the peak rate.
+
+    ``flops`` counts the model's own arithmetic (for a training step of a ViT, about
+    3 × :func:`~vit_tutorial.vit.vit_flops` × batch: the forward pass and a backward pass
+    of twice its cost), not what the hardware did (recomputation, padding), as in PaLM's
+    definition (Chowdhery et al. 2022, Section 4.1 and Appendix B).
+
+    Example:
+        >>> round(model_flops_utilization(flops=4e12, seconds=0.01, peak_flops=989e12), 3)
+        0.404
+    """
+    for name, value in [("flops", flops), ("seconds", seconds), ("peak_flops", peak_flops)]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    return flops / seconds / peak_flops

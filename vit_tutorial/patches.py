@@ -216,9 +216,10 @@ class _Stem(nn.Module):
                 f"by the patch size (VisionTransformer: dynamic_image_size=True; a stem: "
                 f"strict_image_size=False)"
             )
-        self.grid_size_for((H, W))  # non-divisible sizes always raise
+        if (H, W) != self.image_size:
+            self.grid_size_for((H, W))  # non-divisible sizes always raise
         x = self.embed(images.to(self.proj.weight.dtype))  # (B, D, Gh, Gw)
-        return rearrange(x, "b d gh gw -> b (gh gw) d")  # row-major patch tokens: (B, N, D)
+        return x.flatten(2).transpose(1, 2)  # "b d gh gw -> b (gh gw) d": row-major (B, N, D)
 
 
 class PatchEmbedding(_Stem):

@@ -266,7 +266,9 @@ class VisionTransformer(nn.Module):
     def _tokens(self, images: Tensor) -> tuple[Tensor, list[Tensor] | None]:
         """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
         x = self.patch_embed(images)  # (B, N, D), N = Gh·Gw; checks the images
-        grid = self.patch_embed.grid_size_for(tuple(images.shape[-2:]))
+        size = tuple(images.shape[-2:])
+        same = size == self.patch_embed.image_size
+        grid = self.grid_size if same else self.patch_embed.grid_size_for(size)
         prefix = [
             t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None
         ]
@@ -275,7 +277,7 @@ class VisionTransformer(nn.Module):
         if self.config.pos_embed == "relative":
             biases = [rpb() for rpb in self.pos_embed]  # h × T × T each
         elif self.pos_embed is not None:
-            x = self.pos_embed(x, grid)
+            x = self.pos_embed(x, None if same else grid)  # resampled for another grid
         return self.pos_drop(x), biases
 
     def forward_features(self, images: Tensor) -> Tensor:
