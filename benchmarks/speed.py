@@ -75,10 +75,10 @@ class Case:
 
 CASES = {
     "b16_infer_b1": Case("infer", "b16", 1, rounds=21),
-    "b16_infer_b8": Case("infer", "b16", 8, rounds=11),
-    "b16_infer_b32": Case("infer", "b16", 32),
+    "b16_infer_b8": Case("infer", "b16", 8, rounds=15),
+    "b16_infer_b32": Case("infer", "b16", 32, rounds=7),
     "b16_infer_b128": Case("infer", "b16", 128, gpu_only=True),
-    "s16_train_b8": Case("train", "s16", 8, rounds=11),
+    "s16_train_b8": Case("train", "s16", 8, rounds=15),
     "b16_train_b128": Case("train", "b16", 128, gpu_only=True),
     "digits_epoch": Case("epoch", "digits", rounds=11),
     "fashion_mnist_epoch": Case("epoch", "fashion-mnist"),

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = {"command", "git_commit", "git_dirty", "date", "seeds", "versions", "machine"}
@@ -231,3 +232,76 @@ def test_committed_pretraining_results():
     for name, entry in target["pretraining"].items():
         path = results / entry["weights"]
         assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+
+
+# --- speed against torchvision and timm -----------------------------------------------------
+
+SPEED_CASES_CPU = [
+    "b16_infer_b1",
+    "b16_infer_b8",
+    "b16_infer_b32",
+    "s16_train_b8",
+    "digits_epoch",
+    "fashion_mnist_epoch",
+]
+
+
+def check_speed_cases(record: dict) -> None:
+    from vit_tutorial.measure import ratio_to_best
+
+    for case in record["cases"]:
+        libraries = set(case["seconds"])
+        expected = {"vit_tutorial", "timm"} | (
+            {"torchvision"} if case["kind"] != "epoch" else set()
+        )
+        assert libraries == expected, case["case"]
+        assert {len(t) for t in case["seconds"].values()} == {case["rounds"]}
+        assert all(t > 0 for times in case["seconds"].values() for t in times)
+        # the stored ratio is the one the stored times give
+        assert case["ratio_to_best"] == pytest.approx(
+            ratio_to_best(case["seconds"], "vit_tutorial")
+        )
+        assert max(case["max_abs_logit_difference"].values()) <= 1e-4, "identical weights"
+
+
+def test_speed_quick(tmp_path):
+    out = tmp_path / "speed.json"
+    record = run_quick("speed.py", out)
+    assert record["benchmark"] == "speed" and record["quick"] is True
+    assert record["mode"] == "cpu_fp32" and record["target_met"] is None
+    check_provenance(record, "speed.py", [0])
+    assert [c["case"] for c in record["cases"]] == SPEED_CASES_CPU  # no GPU-only case on a CPU
+    check_speed_cases(record)
+    table = out.with_suffix(".md").read_text()
+    for case in SPEED_CASES_CPU:
+        assert f"| {case} (batch " in table
+    assert "torch " in table and "timm " in table, "the versions are in the table"
+
+
+def test_speed_refuses_models_that_differ():
+    """The timing is refused when a library's logits differ from ours (not the same work)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import speed
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    models = speed.vit_trio("b16", quick=True)
+    with torch.no_grad():
+        models["timm"].head.bias.add_(1.0)
+    with pytest.raises(RuntimeError, match="timm computes another function"):
+        speed.check_identical(models, torch.randn(2, 3, 32, 32))
+
+
+def test_committed_speed_results():
+    path = ROOT / "benchmarks" / "results" / "speed_cpu_fp32.json"
+    record = json.loads(path.read_text())
+    assert record["benchmark"] == "speed" and record["quick"] is False
+    check_provenance(record, "speed.py", [0])
+    assert record["provenance"]["git_dirty"] is False, "rerun from a committed tree"
+    assert record["provenance"]["machine"]["gpu"] is None or record["mode"].startswith("cuda")
+    assert [c["case"] for c in record["cases"]] == SPEED_CASES_CPU
+    assert all(c["rounds"] >= 5 for c in record["cases"])
+    check_speed_cases(record)
+    worst = max(c["ratio_to_best"]["ratio"] for c in record["cases"])
+    assert record["target_met"] is (worst <= 1.0)
+    assert path.with_suffix(".md").is_file(), "the Markdown table beside the JSON"
