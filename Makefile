@@ -11,8 +11,9 @@ STAMP := $(VENV)/.installed
 # pip prints one harmless line per package about the mirror layout; hide those.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 CHAPTERS := $(sort $(wildcard book/[0-9]*.ipynb))
-# Every notebook of the book: the chapters, then one solutions notebook per chapter.
-NOTEBOOKS := $(CHAPTERS) $(sort $(wildcard book/solutions/[0-9]*.ipynb))
+APPENDICES := $(sort $(wildcard book/appendix_*.ipynb))
+# Every notebook of the book: the chapters, the appendices, one solutions notebook per chapter.
+NOTEBOOKS := $(CHAPTERS) $(APPENDICES) $(sort $(wildcard book/solutions/[0-9]*.ipynb))
 # Debian packages besides Python's, installed by `setup` when the machine can (root or
 # password-less sudo) and otherwise named with the command to run; under CI=true a missing
 # one fails the run. chromium: tools/check_built_book.py opens every page of the book in it.

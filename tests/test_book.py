@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS_DIR = ROOT / "book" / "solutions"
 SOLUTIONS = sorted(SOLUTIONS_DIR.glob("[0-9][0-9]_*.ipynb"))
-NOTEBOOKS = CHAPTERS + SOLUTIONS  # every notebook of the book
+APPENDICES = sorted((ROOT / "book").glob("appendix_*.ipynb"))
+NOTEBOOKS = CHAPTERS + APPENDICES + SOLUTIONS  # every notebook of the book
 
 
 def name(path: Path) -> str:
@@ -42,7 +43,7 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
     listed = [toc["root"]] + [c["file"] for p in toc["parts"] for c in p["chapters"]]
     for entry in listed:
         assert any((ROOT / f"{entry}{ext}").is_file() for ext in (".md", ".ipynb")), entry
-    for chapter in CHAPTERS:
+    for chapter in CHAPTERS + APPENDICES:
         assert f"book/{chapter.stem}" in listed, f"{chapter.name} is missing from _toc.yml"
     chapter_entries = [e for e in listed if re.match(r"book/\d\d_", e)]
     assert chapter_entries == sorted(chapter_entries), "chapters must appear in order"
@@ -173,6 +174,15 @@ def test_solutions_notebook_passes_every_exercise_and_answers_more_to_try(chapte
         source(c) for c in load(solutions)["cells"] if c["cell_type"] == "markdown"
     )
     assert "More to try" in markdown, "answer the chapter's 'More to try' items"
+
+
+def test_appendices_have_their_own_part_after_the_chapters():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = {p["caption"]: [c["file"] for c in p["chapters"]] for p in toc["parts"]}
+    assert APPENDICES, "the performance appendix is missing"
+    assert parts.get("Appendices") == [f"book/{a.stem}" for a in APPENDICES]
+    captions = [p["caption"] for p in toc["parts"]]
+    assert captions.index("Chapters") < captions.index("Appendices") < captions.index("Solutions")
 
 
 def test_solutions_have_their_own_part_in_the_toc_in_chapter_order():

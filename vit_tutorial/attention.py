@@ -196,7 +196,7 @@ class MultiHeadSelfAttention(nn.Module):
         B, T, _ = x.shape
         check_mask(attn_bias, (B, self.num_heads, T, T))
         # "b n (three h d) -> three b h n d" as a view and a permute: einops' rearrange
-        # computes the same, with ~20 µs of Python per call (the speed appendix)
+        # computes the same with a few µs more Python per call (appendix A measures it)
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, h, T, d)
         if rope is not None:
