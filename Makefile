@@ -33,6 +33,10 @@ help:
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@free_gb=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	if [ "$$free_gb" -lt 8 ]; then echo "warning: $$free_gb GB free on this disk; the pinned" \
+	  "dependencies take about 7 GB (torch and its CUDA libraries): pip may fail with" \
+	  "'No space left on device'"; fi
 	@echo "Installing pinned dependencies into $(VENV) (once; later runs reuse it)"
 	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt 2>&1 | $(QUIET_PIP)
 	$(BIN)/python -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
