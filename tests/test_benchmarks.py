@@ -292,8 +292,10 @@ def test_speed_refuses_models_that_differ():
         speed.check_identical(models, torch.randn(2, 3, 32, 32))
 
 
-def test_committed_speed_results():
-    path = ROOT / "benchmarks" / "results" / "speed_cpu_fp32.json"
+@pytest.mark.parametrize("name", ["speed_cpu_fp32", "speed_cpu_fp32_earlier"])
+def test_committed_speed_results(name):
+    """The latest CPU run, and the earlier one the appendix compares it with."""
+    path = ROOT / "benchmarks" / "results" / f"{name}.json"
     record = json.loads(path.read_text())
     assert record["benchmark"] == "speed" and record["quick"] is False
     check_provenance(record, "speed.py", [0])
