@@ -56,7 +56,6 @@ from vit_tutorial.vit import VisionTransformer, vit_flops
 
 from _results import RESULTS, provenance, write_json, write_text
 
-LIBRARIES = ("vit_tutorial", "torchvision", "timm")
 #: Dense bf16 peak of the GPUs the project may be lent, in FLOP/s (NVIDIA's H100 and H200
 #: datasheets, SXM: 989.4 TFLOP/s without sparsity).
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12}
