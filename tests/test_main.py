@@ -27,13 +27,17 @@ KEYS = [
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    """Run this Python on ``args`` with this copy of the package first on the path."""
+    """Run this Python on ``args`` with this copy of the package first on the path.
+
+    In ``ROOT``, since ``-m`` and ``-c`` put the working directory before ``PYTHONPATH``: from
+    a checkout, an installed copy (``make old-torch``) would lose to the checkout's.
+    """
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
     )
 
 
