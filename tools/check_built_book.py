@@ -11,6 +11,11 @@ Chromium (a fresh profile, a 1280-px-wide window, no network: only file:// loads
   error, and no raw TeX (``$$``, ``\\frac``, ...) is left in the text outside code;
 - every image loads (``naturalWidth > 0``) and is shown at 90% or more of its natural width
   (``clientWidth >= 0.9 * naturalWidth``), so that figures stay legible;
+- no code or output block scrolls sideways: every ``pre``, every autodoc signature and
+  anything else in the text column that can scroll sideways (math aside) fits its box
+  (``scrollWidth <= clientWidth``) and the column; a failure names the widest line. Code
+  cells fit (75 characters, ``book/ruff.toml``); printed output and the API page's code wrap
+  (``_ext/page_width.py``);
 - every link to a local file exists, and every ``#fragment`` is an id on the target page;
 - every notebook page has the Colab launch link to that notebook in the repository of
   ``_config.yml`` (``repository.url``, ``branch``, ``path_to_book``).
@@ -56,6 +61,7 @@ INSTALL = (
 )
 WINDOW = (1280, 900)  # the window the figures must fit at 90% of their natural width
 MIN_SHOWN = 0.9
+WIDE_LINE_SHOWN = 80  # characters of a too-wide block's widest line in its problem
 SCREENSHOT_PART = 12000  # px: a taller page is saved in parts (NAME.png, NAME-2.png, ...)
 MAX_SCREENSHOT_HEIGHT = 100000  # px
 PAGE_TIMEOUT = 90  # s, for loading, typesetting and measuring one page
@@ -293,7 +299,48 @@ INSPECT = r"""
     }
   }
   const main = document.querySelector("main") || document.body;
+  // Code and output blocks wider than the text column: every <pre>, every autodoc
+  // signature, and anything else in the column that scrolls sideways, except math
+  // (a wide equation is not a code block).
+  const column = document.querySelector("article.bd-article") || main;
+  const right = column.getBoundingClientRect().right;
+  const canvas = document.createElement("canvas").getContext("2d");
+  // Measured with every collapsed part open (a hidden cell's input is as wide when shown).
+  const closed = [...column.querySelectorAll("details:not([open])")];
+  for (const details of closed) details.open = true;
+  const candidates = [...column.querySelectorAll("*")].filter((el) => {
+    if (el.matches("pre, dt.sig")) return true;
+    if (el.closest("mjx-container, .math")) return false;
+    return ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+  });
+  // A block is the innermost of nested candidates (an output's <div> holds its <pre>).
+  const innermost = (els) => els.filter((el) => !els.some((o) => o !== el && el.contains(o)));
+  const blocks = innermost(candidates);
+  const shown = candidates.filter((el) => el.getClientRects().length > 0);
+  const tooWide = innermost(shown.filter((el) => el.scrollWidth > el.clientWidth
+    || el.getBoundingClientRect().right > right + 0.5));
+  const widest = (el) => {  // the line of el's text that takes the most room
+    const style = getComputedStyle(el);
+    canvas.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    const text = el.innerText || el.textContent;
+    const lines = text.split("\n").map((line) => line.replace(/\s+$/, ""));
+    return lines.reduce((a, b) => (canvas.measureText(b).width > canvas.measureText(a).width
+      ? b : a), "");
+  };
+  const kind = (el) => el.closest(".cell_output") ? "output block"
+    : el.closest(".cell_input") ? "code cell"
+    : el.matches("dt.sig") ? "signature"
+    : el.closest(".doctest") ? "doctest"
+    : el.tagName === "PRE" ? "code block"
+    : `<${el.tagName.toLowerCase()}${el.className ? "." + el.className.split(" ")[0] : ""}>`;
+  const wide = tooWide.map((el) => ({
+    kind: kind(el), line: widest(el), scroll: el.scrollWidth, client: el.clientWidth,
+    right: Math.round(el.getBoundingClientRect().right - right),
+  }));
+  for (const details of closed) details.open = false;
   return {
+    blocks: blocks.length,
+    wide,
     title: document.title,
     text: main.innerText.trim().length,
     height: Math.max(document.documentElement.scrollHeight, document.body.scrollHeight),
@@ -396,6 +443,21 @@ def save_screenshots(
         name.write_bytes(base64.b64decode(image["data"]))
 
 
+def wide_blocks(wide: list[dict]) -> list[str]:
+    """A problem for each code or output block wider than the text column, naming the
+    line that takes the most room."""
+    problems = []
+    for block in wide:
+        size = f"{block['scroll']} px of content in {block['client']} px"
+        if block["right"] > 0:
+            size += f", {block['right']} px past the column"
+        problems.append(
+            f"{block['kind']} wider than its column at a {WINDOW[0]}-px window ({size}): "
+            f"{block['line'].strip()[:WIDE_LINE_SHOWN]!r}"
+        )
+    return problems
+
+
 def check_page(
     browser: Browser,
     html: Path,
@@ -428,8 +490,9 @@ def check_page(
         save_screenshots(browser, session, metrics, found["height"], shot)
         counts[page] = (
             f"{found['typeset']} equations, {len(found['images'])} images, "
-            f"{len(found['links'])} links"
+            f"{len(found['links'])} links, {found['blocks']} code and output blocks"
         )
+        problems += wide_blocks(found["wide"])
         problems += console_errors(browser.events(session))
         if found["text"] < 50:
             problems.append(f"renders almost no text ({found['text']} characters in <main>)")
