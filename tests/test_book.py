@@ -1,12 +1,18 @@
 """Tests of the book's structure: what nbval does not check by re-executing the chapters."""
 
+import ast
+import functools
 import json
 import re
+import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from colab_cell import colab_cell_source
 
@@ -153,7 +159,8 @@ def test_chapter_ends_with_at_least_three_graded_exercises_left_to_the_learner(c
             f"{checker}({answer}) must meet the untouched stub in the chapter: solutions "
             f"belong in book/solutions/{chapter.name}"
         )
-        stub = re.search(rf"^def {answer}\(.*?(?=^\S|\Z)", code, re.MULTILINE | re.DOTALL)
+        # the def up to the next top-level line (a wrapped signature's closing "):" aside)
+        stub = re.search(rf"^def {answer}\(.*?(?=^[^\s)]|\Z)", code, re.MULTILINE | re.DOTALL)
         assert stub and "raise NotImplementedError" in stub.group(), (
             f"the attempt cell must define {answer} as a stub that raises NotImplementedError"
         )
@@ -190,3 +197,163 @@ def test_solutions_have_their_own_part_in_the_toc_in_chapter_order():
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
     assert parts.get("Solutions") == [f"book/solutions/{c.stem}" for c in CHAPTERS]
     assert [p.name for p in SOLUTIONS] == [c.name for c in CHAPTERS], "one per chapter"
+
+
+# ---------------------------------------------------------------------------------------
+# Colab: every notebook runs where only vit_tutorial[book] is installed, alone in a folder
+# (tools/colab_check.py runs them so; these static checks fail fast in `make test`)
+
+MAGIC = re.compile(r"^(\s*)[%!].*$", re.MULTILINE)
+# What a Jupyter kernel brings besides the standard library, whatever is installed.
+KERNEL_MODULES = {"IPython"}
+IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception"}
+
+
+def parse(code: str) -> ast.Module:
+    """A code cell's syntax tree, its IPython magics (``%pip``, ``!ls``) read as ``pass``."""
+    return ast.parse(MAGIC.sub(r"\1pass", code))
+
+
+@functools.cache
+def book_extra_modules() -> frozenset[str]:
+    """Top-level modules that ``pip install vit_tutorial[book]`` makes importable: those of
+    the package's dependencies, its ``book`` extra (with the extras it names) and all that
+    they depend on, as installed in this environment."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    own = canonicalize_name(project["name"])
+    queue = [*project["dependencies"], f"{project['name']}[book]"]
+    wanted: set[str] = set()
+    while queue:
+        requirement = Requirement(queue.pop())
+        name = canonicalize_name(requirement.name)
+        if name == own:
+            for extra in requirement.extras:
+                queue += project["optional-dependencies"][extra]
+            continue
+        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        if name not in wanted:
+            wanted.add(name)
+            queue += metadata.requires(name) or []  # PackageNotFoundError: run `make setup`
+    return frozenset(
+        module
+        for module, names in metadata.packages_distributions().items()
+        if any(canonicalize_name(n) in wanted for n in names)
+    )
+
+
+def catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(t, ast.Name) and t.id in IMPORT_ERRORS for t in types)
+
+
+def calls(node: ast.AST, function: str) -> bool:
+    """Whether ``node`` calls ``function`` (``f(...)`` or ``x.f(...)``) anywhere inside."""
+    return any(
+        isinstance(n, ast.Call)
+        and (getattr(n.func, "id", None) == function or getattr(n.func, "attr", None) == function)
+        for n in ast.walk(node)
+    )
+
+
+def unguarded_imports(tree: ast.AST, guarded: bool = False) -> list[str]:
+    """Top-level names of the modules ``tree`` imports outside a guard: a ``try`` that
+    catches ImportError, or an ``if`` that asks ``importlib.util.find_spec`` first."""
+    if isinstance(tree, ast.Import) and not guarded:
+        return [alias.name.split(".")[0] for alias in tree.names]
+    if isinstance(tree, ast.ImportFrom) and not guarded and tree.level == 0:
+        return [tree.module.split(".")[0]]
+    found = []
+    for field, value in ast.iter_fields(tree):
+        inner = guarded
+        if isinstance(tree, ast.Try) and field == "body":
+            inner = guarded or any(catches_import_errors(h) for h in tree.handlers)
+        if isinstance(tree, ast.If) and field in ("body", "orelse"):
+            inner = guarded or calls(tree.test, "find_spec")
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, ast.AST):
+                found += unguarded_imports(child, inner)
+    return found
+
+
+def stray_paths(tree: ast.AST, in_repository_file: bool = False) -> list[str]:
+    """Strings that name a repository file relative to the notebook's folder: any ``..``
+    path, and ``benchmarks/...`` outside a ``repository_file(...)`` call. Alone in a
+    folder (Colab), neither exists; ``repository_file`` finds or downloads the file."""
+    if isinstance(tree, ast.Constant) and isinstance(tree.value, str):
+        text = tree.value
+        climbs = ".." in re.split(r"[/\\]", text) and ("/" in text or text == "..")
+        into_benchmarks = text.startswith("benchmarks/") and not in_repository_file
+        return [text] if climbs or into_benchmarks else []
+    if isinstance(tree, ast.Call) and calls(ast.Call(tree.func, [], []), "repository_file"):
+        in_repository_file = True
+    return [
+        found
+        for child in ast.iter_child_nodes(tree)
+        for found in stray_paths(child, in_repository_file)
+    ]
+
+
+def test_the_colab_checks_can_fail():
+    planted = parse(
+        "import os, pytest\nfrom myst_nb import glue\nimport timm.layers\n"
+        "try:\n    import wandb\nexcept ImportError:\n    pass\n"
+        "if find_spec('accimage'):\n    import accimage\nelse:\n    import PIL\n"
+        "if x:\n    %pip install nothing\n"
+    )
+    assert unguarded_imports(planted) == ["os", "pytest", "myst_nb", "timm"]
+    planted = parse(
+        'Path("..", "benchmarks")\nPath("../benchmarks/results")\nopen("a/../../b.json")\n'
+        'json.loads(Path("benchmarks/results/a.json").read_text())\n'
+        'repository_file("benchmarks/results/a.json")\n'
+        'repository_file(f"benchmarks/results/{name}")\nprint("...", "(..., N, N)")\n'
+    )
+    assert stray_paths(planted) == [
+        "..",
+        "../benchmarks/results",
+        "a/../../b.json",
+        "benchmarks/results/a.json",
+    ]
+
+
+def test_the_book_extra_is_resolved_from_the_metadata():
+    modules = book_extra_modules()
+    assert {"torch", "torchvision", "sklearn", "skimage", "matplotlib", "einops"} <= modules
+    assert {"numpy", "PIL", "scipy"} <= modules  # dependencies of dependencies
+    assert not {"myst_nb", "pytest", "nbval", "vit_tutorial"} & modules
+
+
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
+def test_imports_only_what_the_book_extra_installs(chapter):
+    allowed = book_extra_modules() | set(sys.stdlib_module_names) | KERNEL_MODULES
+    for cell in code_cells(chapter):
+        missing = [m for m in unguarded_imports(parse(source(cell))) if m not in allowed]
+        missing = [m for m in missing if m != "vit_tutorial"]
+        assert not missing, (
+            f"{', '.join(missing)} is not installed by vit_tutorial[book] (Colab has nothing "
+            "else for sure): add it to the extra in pyproject.toml, or guard the import "
+            "(chapter 5 does, for timm); for myst_nb's glue use vit_tutorial.notebook's\n"
+            + source(cell)[:300]
+        )
+
+
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
+def test_reads_repository_files_through_repository_file(chapter):
+    for cell in code_cells(chapter):
+        stray = stray_paths(parse(source(cell)))
+        assert not stray, (
+            f"{stray}: a notebook on Colab has no repository around it; read repository "
+            'files as repository_file("benchmarks/results/...") (vit_tutorial.notebook)\n'
+            + source(cell)[:300]
+        )
+
+
+def test_the_colab_cell_installs_from_the_setting_or_the_configured_repository():
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    cell = colab_cell_source()
+    assert 'os.environ.get("VIT_TUTORIAL_INSTALL", f"git+{github}")' in cell
+    assert f'github = "{repository["url"]}@{repository.get("branch", "main")}"' in cell
+    assert '%pip install -q "vit_tutorial[book] @ {source}"' in cell
+    assert max(len(line) for line in cell.splitlines()) <= 75

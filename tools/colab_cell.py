@@ -1,8 +1,11 @@
 """The first cell of every chapter: on Colab it installs vit_tutorial, elsewhere it does nothing.
 
-The repository it installs from is read from ``_config.yml`` (the one place to change
-when publishing). ``python tools/colab_cell.py --write book/*.ipynb`` (``make colab-cells``)
-rewrites the cell; ``tests/test_book.py`` fails when a chapter's cell has drifted.
+It installs ``vit_tutorial[book]`` from ``$VIT_TUTORIAL_INSTALL`` when that is set (any pip
+requirement URL: ``tools/colab_check.py`` sets a ``file://`` wheel), otherwise from the
+repository of ``_config.yml`` (the one place to change when publishing), as
+``git+<url>@<branch>``. ``python tools/colab_cell.py --write book/*.ipynb``
+(``make colab-cells``) rewrites the cell; ``tests/test_book.py`` fails when a chapter's cell
+has drifted.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ def repository() -> tuple[str, str]:
 def colab_cell_source() -> str:
     url, branch = repository()
     return (
-        "# Colab only: installs vit_tutorial from the repository; elsewhere it does nothing.\n"
+        "# Colab only: installs vit_tutorial (from $VIT_TUTORIAL_INSTALL if set,\n"
+        "# else from GitHub); elsewhere it does nothing.\n"
+        "import os\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    repository = "{url}@{branch}"\n'
-        '    %pip install -q "vit_tutorial[book] @ git+{repository}"'
+        f'    github = "{url}@{branch}"\n'
+        '    source = os.environ.get("VIT_TUTORIAL_INSTALL", f"git+{github}")\n'
+        '    %pip install -q "vit_tutorial[book] @ {source}"'
     )
 
 

@@ -1,0 +1,322 @@
+"""Run every notebook of the book as a Colab reader meets it, offline (``make colab-check``).
+
+A reader on Colab has the notebook alone, in an empty folder, in a Python that has torch and
+torchvision but not this repository; the notebook's first cell installs ``vit_tutorial[book]``
+and the chapter fetches the repository files it reads through
+``vit_tutorial.notebook.repository_file``. This script rebuilds that situation here:
+
+1. it builds the wheel (not editable) from the working tree, with the ``HEAD`` commit
+   recorded in it (``setup.py``);
+2. it creates a fresh virtual environment in a temporary folder that reuses the torch and
+   torchvision of ``.venv``, and all they depend on, through a folder of symbolic links that
+   a ``.pth`` file adds to its path (pip sees them installed; nothing is copied or
+   downloaded), installs ``ipykernel`` there (from the package index), and a stand-in
+   ``google.colab`` that an IPython start-up file imports, so every kernel starts "on Colab";
+3. it serves the repository's files (those git tracks or would track, as they are in the
+   working tree) on 127.0.0.1 under ``/<commit>/<path>``, for the wheel's commit only;
+4. it executes each notebook with nbclient in a fresh kernel of that environment, in an empty
+   working folder, with ``VIT_TUTORIAL_INSTALL=file://<wheel>`` (so the first cell installs
+   the wheel with the ``[book]`` extra: pip may fetch the extra's other dependencies from the
+   package index), ``VIT_TUTORIAL_ONLINE=0`` and ``VIT_TUTORIAL_RAW_URL`` set to that server.
+
+It prints one line per notebook (time, pass or fail, and for a failure the cell and the
+error), a summary, and exits with status 1 when a notebook failed. The temporary folder is
+deleted at the end, also after a failure (``--keep`` keeps it to look inside).
+
+Usage::
+
+    .venv/bin/python tools/colab_check.py                     # all 19 notebooks
+    .venv/bin/python tools/colab_check.py book/06_training.ipynb book/solutions/06_*.ipynb
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "vit-tutorial-colab-check"
+REUSED = ["torch", "torchvision"]  # linked from .venv with their dependencies, never copied
+STARTUP = "import google.colab  # noqa: F401  (what Colab's kernels have imported)\n"
+
+
+def all_notebooks() -> list[Path]:
+    """The book's notebooks in the Makefile's order: chapters, appendices, solutions."""
+    book = ROOT / "book"
+    return [
+        *sorted(book.glob("[0-9]*.ipynb")),
+        *sorted(book.glob("appendix_*.ipynb")),
+        *sorted((book / "solutions").glob("[0-9]*.ipynb")),
+    ]
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``command``; on failure, raise with its output."""
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}{result.stderr}")
+    return result
+
+
+def head_commit() -> str:
+    return run(["git", "rev-parse", "HEAD"], cwd=ROOT).stdout.strip()
+
+
+def build_wheel(tmp: Path, commit: str) -> tuple[Path, str]:
+    """Build the wheel from a copy of the working tree's sources (so that the build leaves
+    nothing in the tree); return it and the commit it records."""
+    src = tmp / "src"
+    src.mkdir()
+    for name in ["pyproject.toml", "setup.py", "README.md"]:
+        shutil.copy(ROOT / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_commit.txt")
+    shutil.copytree(ROOT / "vit_tutorial", src / "vit_tutorial", ignore=ignore)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    command += ["--no-index", "-q", "-w", str(tmp / "wheel"), str(src)]
+    run(command, env={**os.environ, "GIT_COMMIT": commit}, timeout=300)
+    (wheel,) = (tmp / "wheel").glob("vit_tutorial-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            recorded = archive.read("vit_tutorial/_commit.txt").decode().strip()
+        except KeyError:
+            raise RuntimeError(f"{wheel.name} records no commit (setup.py)") from None
+    return wheel, recorded
+
+
+def dependency_closure(names: list[str]) -> list[metadata.Distribution]:
+    """The installed distributions ``names`` need, themselves included, with the extras that
+    requirements ask for (torch's ``cuda-toolkit[cublas,...]``), markers evaluated here."""
+    found: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, str]] = set()  # (distribution, extra) whose requirements are queued
+    queue = list(names)
+    while queue:
+        requirement = Requirement(queue.pop())
+        key = canonicalize_name(requirement.name)
+        if key not in found:
+            found[key] = metadata.distribution(requirement.name)
+        for extra in {"", *requirement.extras} - {e for k, e in done if k == key}:
+            done.add((key, extra))
+            for line in found[key].requires or []:
+                marker = Requirement(line).marker
+                if marker is None or marker.evaluate({"extra": extra}):
+                    queue.append(line)
+    return list(found.values())
+
+
+def link_reused(folder: Path) -> int:
+    """Symbolic links in ``folder`` to the top-level files and folders (packages and their
+    ``.dist-info``) of torch, torchvision and their dependencies in this environment."""
+    folder.mkdir()
+    distributions = dependency_closure(REUSED)
+    for dist in distributions:
+        if dist.files is None:
+            raise RuntimeError(f"{dist.metadata['Name']} lists no files (no RECORD)")
+        for top in {file.parts[0] for file in dist.files}:
+            if top in ("..", "__pycache__") or (folder / top).exists():
+                continue  # scripts in bin/, byte code; a namespace folder such as nvidia/
+            (folder / top).symlink_to(Path(dist.locate_file(top)).resolve())
+    return len(distributions)
+
+
+def create_environment(tmp: Path) -> Path:
+    """A fresh virtual environment "on Colab"; return its python."""
+    env = tmp / "env"
+    run([sys.executable, "-m", "venv", str(env)], timeout=300)
+    python = env / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(run([str(python), "-c", code]).stdout.strip())
+    count = link_reused(tmp / "reused")
+    (site / "colab_check_reused.pth").write_text(f"{tmp / 'reused'}\n")
+    colab = site / "google" / "colab"  # google/ stays a namespace package
+    colab.mkdir(parents=True)
+    (colab / "__init__.py").write_text('"""A stand-in for Colab\'s module (colab_check.py)."""\n')
+    startup = tmp / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-colab.py").write_text(STARTUP)
+    print(f"  {count} distributions linked from .venv (torch, torchvision and dependencies)")
+    print("  installing ipykernel ...", flush=True)
+    run([str(python), "-m", "pip", "install", "-q", "ipykernel"], timeout=900)
+    return python
+
+
+class RepositoryServer:
+    """The repository's files under ``/<commit>/<path>``, on 127.0.0.1, for one commit."""
+
+    def __init__(self, commit: str):
+        listed = run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT
+        ).stdout
+        self.files = {name for name in listed.split("\0") if name}
+        self.commit, self.requests = commit, []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                commit, _, path = self.path.lstrip("/").partition("/")
+                local = ROOT / path
+                if commit != server.commit or path not in server.files or not local.is_file():
+                    server.requests.append((self.path, 404))
+                    self.send_error(404)
+                    return
+                body = local.read_bytes()
+                server.requests.append((self.path, 200))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def write_kernelspec(tmp: Path, python: Path, env: dict[str, str]) -> None:
+    """A kernel of the new environment, found through ``$JUPYTER_PATH``."""
+    folder = tmp / "jupyter" / "kernels" / KERNEL
+    folder.mkdir(parents=True)
+    spec = {
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        + ["--IPKernelApp.log_level=ERROR"],  # not its warning about TCP, once per notebook
+        "display_name": "Python 3 (Colab check)",
+        "language": "python",
+        "env": env,
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec, indent=1))
+    os.environ["JUPYTER_PATH"] = str(tmp / "jupyter")
+
+
+def failed_cell(nb: nbformat.NotebookNode) -> str:
+    """``cell N (first line)`` of the cell that raised."""
+    for index, cell in enumerate(nb.cells):
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            first = next((line for line in cell.source.splitlines() if line.strip()), "")
+            return f"cell {index} ({first.strip()[:60]})"
+    return "no cell"
+
+
+def execute(path: Path, workdir: Path, timeout: int) -> str | None:
+    """Execute ``path`` in ``workdir``; None when it passed, else what failed."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=KERNEL,
+        record_timing=False,
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        message = f"{error.ename}: {error.evalue}".strip()
+        return f"{failed_cell(nb)}: {message[:600]}"
+    except Exception as error:  # a timeout, a kernel that died
+        return f"{failed_cell(nb)}: {type(error).__name__}: {str(error)[:600]}"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="notebooks to run (default: all of the book)"
+    )
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    notebooks = [p.resolve() for p in args.notebooks] or all_notebooks()
+    for notebook in notebooks:
+        if not notebook.is_file() or notebook.suffix != ".ipynb":
+            parser.error(f"{notebook}: not a notebook")
+
+    start = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="colab-check-"))
+    server = None
+    results: list[tuple[Path, float, str | None]] = []
+    try:
+        print(f"colab-check: building the wheel in {tmp}", flush=True)
+        wheel, commit = build_wheel(tmp, head_commit())
+        print(f"  {wheel.name}, commit {commit[:12]}")
+        print("colab-check: a fresh environment that has torch and torchvision", flush=True)
+        python = create_environment(tmp)
+        server = RepositoryServer(commit)
+        for name in ("PYTHONPATH", "PYTHONHOME"):
+            os.environ.pop(name, None)  # the kernel sees only its own environment
+        write_kernelspec(
+            tmp,
+            python,
+            {
+                "VIT_TUTORIAL_INSTALL": wheel.as_uri(),
+                "VIT_TUTORIAL_ONLINE": "0",
+                "VIT_TUTORIAL_RAW_URL": server.url,
+                "VIT_TUTORIAL_DATA": str(tmp / "data"),  # a fresh machine's data folder
+                "IPYTHONDIR": str(tmp / "ipython"),
+                "MPLCONFIGDIR": str(tmp / "matplotlib"),
+                "PYTHONNOUSERSITE": "1",
+            },
+        )
+        print(f"colab-check: {len(notebooks)} notebooks, each alone in an empty folder")
+        for notebook in notebooks:
+            name = str(notebook.relative_to(ROOT)) if notebook.is_relative_to(ROOT) else notebook
+            workdir = tmp / "run" / str(name).replace("/", "_")
+            workdir.mkdir(parents=True)
+            served = len(server.requests)
+            began = time.perf_counter()
+            failure = execute(notebook, workdir, args.timeout)
+            seconds = time.perf_counter() - began
+            fetched = [p for p, status in server.requests[served:] if status == 200]
+            results.append((notebook, seconds, failure))
+            files = f"{len(fetched)} repository file{'s' * (len(fetched) != 1)}"
+            print(f"{'PASS' if failure is None else 'FAIL'}  {name:50s} {seconds:7.1f} s  {files}")
+            if failure is not None:
+                missing = [p for p, status in server.requests[served:] if status == 404]
+                print(f"      {failure}")
+                if missing:
+                    print(f"      not served (404): {', '.join(missing)}")
+            sys.stdout.flush()
+    except RuntimeError as error:  # the wheel or the environment could not be made
+        print(f"colab-check: {error}")
+        return 2
+    finally:
+        if server is not None:
+            server.close()
+        if args.keep:
+            print(f"colab-check: kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    failed = [notebook for notebook, _, failure in results if failure is not None]
+    total = time.perf_counter() - start
+    notebook_seconds = sum(seconds for _, seconds, _ in results)
+    print(
+        f"colab-check: {len(results) - len(failed)} of {len(notebooks)} notebooks passed, "
+        f"{len(failed)} failed; {notebook_seconds:.0f} s in the notebooks, {total:.0f} s in all"
+    )
+    return 1 if failed or len(results) != len(notebooks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
