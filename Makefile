@@ -20,11 +20,13 @@ NOTEBOOKS := $(CHAPTERS) $(APPENDICES) $(sort $(wildcard book/solutions/[0-9]*.i
 # dataset-fashion-mnist: the original Fashion-MNIST files, read offline by chapter 8.
 SYSTEM_PACKAGES := chromium dataset-fashion-mnist
 
-.PHONY: help setup system-packages test lint pytest book book-only notebooks colab-cells bench lock clean
+.PHONY: help setup system-packages test lint pytest book book-only notebooks colab-cells bench lock clean \
+	test-elsewhere foreign-cpu colab-check old-torch
 
 help:
 	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
 	@echo "make test       set up .venv if needed, ruff, pytest (unit + doctest + nbval), book build"
+	@echo "make test-elsewhere  the slower checks: a foreign CPU, Colab, the oldest torch"
 	@echo "make notebooks  re-execute every notebook in place (after changing a module);"
 	@echo "                NB=book/01_attention.ipynb for one"
 	@echo "make colab-cells  rewrite each notebook's first cell from _config.yml's repository"
@@ -50,6 +52,7 @@ setup: $(STAMP) system-packages
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/zizmor --offline --strict-collection --no-progress .github/workflows/
 
 pytest: setup
 	$(BIN)/python -m pytest
@@ -63,6 +66,27 @@ book: book-only
 
 test: lint pytest book-only
 	@echo "make test: all checks passed"
+
+# The book where its readers run it, beyond this machine's numbers (slower; .ci/run runs it
+# after `make test`): every notebook under a foreign CPU's floating point, every notebook
+# as Colab meets it, and the unit tests under the oldest torch the metadata allows.
+test-elsewhere: foreign-cpu colab-check old-torch
+	@echo "make test-elsewhere: all checks passed"
+
+# Strict nbval on every notebook with another CPU's floating point: MKL's generic code path
+# (MKL_CBWR=COMPATIBLE), one thread per kernel instead of all cores, and PyTorch's AVX2
+# kernels in place of this CPU's best (FOREIGN_CPU=default: no vector kernels at all).
+# The stored outputs were written with this machine's own numbers; they must not change.
+FOREIGN_CPU ?= avx2
+foreign-cpu: setup
+	MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=$(FOREIGN_CPU) \
+	  $(BIN)/python -m pytest book -p no:cacheprovider -n 2 --dist loadfile -q
+
+colab-check: setup
+	$(BIN)/python tools/colab_check.py $(if $(NB),$(NB),$(NOTEBOOKS))
+
+old-torch: setup
+	$(BIN)/python tools/old_torch.py
 
 notebooks: setup
 	$(BIN)/python tools/execute_notebooks.py $(if $(NB),$(NB),$(NOTEBOOKS))

@@ -20,8 +20,8 @@ from torch import Tensor
 
 __all__ = ["NOT_ATTEMPTED", "WIDTH", "call_safely", "checker", "close", "passed", "wrap"]
 
-WIDTH = 80
-"""Columns of a checker's message, prefix included: the book shows about 88."""
+WIDTH = 75
+"""Columns of a checker's message, prefix included: what the book's column shows."""
 
 NOT_ATTEMPTED = "not attempted yet: fill in `{name}` above and re-run"
 """What a checker prints when the learner's function still raises NotImplementedError."""
@@ -42,10 +42,10 @@ def wrap(text: str, first_line_taken: int = 0) -> str:
 
     Example:
         >>> message = wrap("word " * 30, first_line_taken=len("AssertionError: "))
-        >>> [len(line) for line in message.splitlines()]  # 16 + 64, then 79 and the rest
-        [64, 79, 4]
-        >>> print(wrap("x" * 75 + " lr·(t + 1)/(w + 1)"))
-        xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
+        >>> [len(line) for line in message.splitlines()]  # 16 + 59, then 74 and the rest
+        [59, 74, 14]
+        >>> print(wrap("x" * 70 + " lr·(t + 1)/(w + 1)"))
+        xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
         lr·(t + 1)/(w + 1)
     """
     lines: list[str] = []
