@@ -24,9 +24,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vit_tutorial.checks import check_bool, check_int, check_real
+from vit_tutorial.validate import check_bool, check_int, check_real
 
 __all__ = ["attention_weights", "scaled_dot_product_attention", "MultiHeadSelfAttention"]
+
+
+def check_heads(dim: int, num_heads: int) -> None:
+    """Refuse a ``dim`` or ``num_heads`` that is no positive int, or heads that do not divide dim."""
+    check_int("dim", dim), check_int("num_heads", num_heads)
+    if dim % num_heads:
+        divisors = [h for h in range(1, min(dim, 16) + 1) if dim % h == 0]
+        raise ValueError(
+            f"dim ({dim}) must be divisible by num_heads ({num_heads}); try num_heads in {divisors}"
+        )
 
 
 def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
@@ -162,16 +172,13 @@ class MultiHeadSelfAttention(nn.Module):
         attn_dropout: float = 0.0,
         proj_dropout: float = 0.0,
     ) -> None:
-        super().__init__()
-        check_int("dim", dim), check_int("num_heads", num_heads), check_bool("qkv_bias", qkv_bias)
+        check_heads(dim, num_heads), check_bool("qkv_bias", qkv_bias)
         for name, p in [("attn_dropout", attn_dropout), ("proj_dropout", proj_dropout)]:
             check_real(name, p, 0.0, 1.0, high_open=True)
-        if dim % num_heads != 0:
-            divisors = [h for h in range(1, min(dim, 16) + 1) if dim % h == 0]
-            raise ValueError(
-                f"dim ({dim}) must be divisible by num_heads ({num_heads}); "
-                f"try num_heads in {divisors}"
-            )
+        self._build(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
+
+    def _build(self, dim, num_heads, qkv_bias, attn_dropout, proj_dropout) -> None:
+        super().__init__()
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
@@ -180,7 +187,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.proj_dropout = nn.Dropout(proj_dropout)
 
     def _heads(
-        self, x: Tensor, attn_bias: Tensor | None, rope: Callable[[Tensor], Tensor] | None
+        self, x: Tensor, rope: Callable[[Tensor], Tensor] | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(B, h, T, d)`` of tokens ``x`` ``(B, T, D)``."""
         if not isinstance(x, Tensor):
@@ -194,7 +201,6 @@ class MultiHeadSelfAttention(nn.Module):
                 f"expected last dimension dim={self.dim}, got {x.shape[-1]} (x is {tuple(x.shape)})"
             )
         B, T, _ = x.shape
-        check_mask(attn_bias, (B, self.num_heads, T, T))
         # "b n (three h d) -> three b h n d" as a view and a permute: einops' rearrange
         # computes the same with a few µs more Python per call (appendix A measures it)
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -225,7 +231,8 @@ class MultiHeadSelfAttention(nn.Module):
         """
         if not self.fused:
             return self.forward_with_weights(x, attn_bias, rope)[0]
-        q, k, v = self._heads(x, attn_bias, rope)
+        q, k, v = self._heads(x, rope)
+        check_mask(attn_bias, (*q.shape[:3], q.shape[2]))  # the scores' (B, h, T, T)
         if attn_bias is not None and attn_bias.is_floating_point():
             attn_bias = attn_bias.to(q.dtype)
         dropout_p = self.attn_dropout.p if self.training else 0.0
@@ -244,6 +251,6 @@ class MultiHeadSelfAttention(nn.Module):
 
         Takes the same arguments as :meth:`forward` and returns the same output.
         """
-        q, k, v = self._heads(x, attn_bias, rope)
+        q, k, v = self._heads(x, rope)
         weights = attention_weights(q, k, attn_bias)  # (B, h, T, T)
         return self._merge(self.attn_dropout(weights) @ v), weights

@@ -32,14 +32,14 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.checks import check_int
-from vit_tutorial.encoder import BlockOptions, DropPath, drop_path_rates, init_weights
-from vit_tutorial.patches import PatchEmbedding, pair
+from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
+from vit_tutorial.patches import IntOrPair, PatchEmbedding, pair
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     SinusoidalEmbedding2D,
     grid_coordinates,
 )
+from vit_tutorial.validate import check_int, check_real, trusted
 from vit_tutorial.vit import TransformerConfig
 
 __all__ = [
@@ -117,9 +117,11 @@ class AxialAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, axis: str, **attention_options: Any) -> None:
         _check_axis(axis)
+        self._build(MultiHeadSelfAttention(dim, num_heads, **attention_options), axis)
+
+    def _build(self, attn: MultiHeadSelfAttention, axis: str) -> None:
         super().__init__()
-        self.axis = axis
-        self.attn = MultiHeadSelfAttention(dim, num_heads, **attention_options)
+        self.axis, self.attn = axis, attn
 
     @property
     def fused(self) -> bool:
@@ -191,17 +193,20 @@ class AxialEncoderBlock(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int, *, drop_path: float = 0.0, **options: Any) -> None:
+        check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
+        self._build(BlockOptions(dim, num_heads, **options), drop_path)
+
+    def _build(self, o: BlockOptions, drop_path: float) -> None:
         super().__init__()
-        o = BlockOptions(**options)
-        self.norm1 = nn.LayerNorm(dim, eps=o.norm_eps)
-        self.attn_height = AxialAttention(dim, num_heads, "height", **o.attention_options())
-        self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=o.norm_eps)
-        self.attn_width = AxialAttention(dim, num_heads, "width", **o.attention_options())
-        self.drop_path2 = DropPath(drop_path)
-        self.norm3 = nn.LayerNorm(dim, eps=o.norm_eps)
-        self.mlp = o.mlp(dim)
-        self.drop_path3 = DropPath(drop_path)
+        self.norm1 = nn.LayerNorm(o.dim, eps=o.norm_eps)
+        self.attn_height = trusted(AxialAttention, o.attention(), "height")
+        self.drop_path1 = trusted(DropPath, drop_path)
+        self.norm2 = nn.LayerNorm(o.dim, eps=o.norm_eps)
+        self.attn_width = trusted(AxialAttention, o.attention(), "width")
+        self.drop_path2 = trusted(DropPath, drop_path)
+        self.norm3 = nn.LayerNorm(o.dim, eps=o.norm_eps)
+        self.mlp = o.mlp()
+        self.drop_path3 = trusted(DropPath, drop_path)
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the block to a grid of tokens ``(B, Gh, Gw, D)``; same shape out."""
@@ -253,16 +258,16 @@ class AxialViT(nn.Module):
     def __init__(self, config: AxialViTConfig | None = None, **fields: Any) -> None:
         super().__init__()
         self.config = c = AxialViTConfig.resolve(config, **fields)
-        self.patch_embed = PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.dim)
+        # c is validated: its layers are built without checking again (validate.trusted)
+        self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         self.grid_size = self.patch_embed.grid_size
         if c.pos_embed == "learned":
             self.pos_embed = LearnedPositionalEmbedding(self.patch_embed.num_patches, c.dim)
         else:
-            self.pos_embed = SinusoidalEmbedding2D(self.grid_size, c.dim)
+            self.pos_embed = trusted(SinusoidalEmbedding2D, self.grid_size, c.dim, 0)
         self.pos_drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
-            AxialEncoderBlock(c.dim, c.num_heads, drop_path=rate, **c.block_options())
-            for rate in drop_path_rates(c.drop_path, c.depth)
+            trusted(AxialEncoderBlock, c.block, rate) for rate in c.drop_path_rates()
         )
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)
@@ -287,7 +292,7 @@ class AxialViT(nn.Module):
         return {name for name, _ in self.named_parameters() if name.startswith("pos_embed.")}
 
 
-def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
+def axial_mask(grid_size: IntOrPair, axis: str) -> Tensor:
     """Which token may attend to which in one axial layer, on the flattened grid.
 
     Args:
@@ -315,7 +320,7 @@ def axial_mask(grid_size: int | tuple[int, int], axis: str) -> Tensor:
     return line[:, None] == line[None, :]  # (N, N)
 
 
-def attention_flops(grid_size: int | tuple[int, int], dim: int, kind: str) -> int:
+def attention_flops(grid_size: IntOrPair, dim: int, kind: str) -> int:
     """Floating-point operations of one attention layer on a ``Gh × Gw`` grid, by formula.
 
     A multiply-add counts as 2 FLOPs; softmax, scaling and biases are left out. With

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.checks import check_int, check_real
+from vit_tutorial.attention import MultiHeadSelfAttention, check_heads
+from vit_tutorial.validate import check_bool, check_int, check_real, trusted
 
 __all__ = [
     "MLP",
@@ -93,13 +93,11 @@ class MLP(nn.Module):
     """
 
     def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0) -> None:
+        check_int("dim", dim), check_int("hidden_dim", hidden_dim)
+        self._build(dim, hidden_dim, dropout)
+
+    def _build(self, dim: int, hidden_dim: int, dropout: float) -> None:
         super().__init__()
-        check_int("hidden_dim", hidden_dim, minimum=0), check_int("dim", dim)
-        if hidden_dim < 1:
-            raise ValueError(
-                f"the MLP needs at least one hidden unit, got hidden_dim="
-                f"{hidden_dim} (for D={dim}: raise mlp_ratio)"
-            )
         self.fc1 = nn.Linear(dim, hidden_dim)
         self.act = nn.GELU()  # exact x·Φ(x) as in timm, torchvision; the JAX ViT: tanh form
         self.drop1 = nn.Dropout(dropout)
@@ -131,6 +129,11 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
         True
     """
     check_real("drop path probability p", p, 0.0, 1.0, high_open=True)
+    return _drop_path(x, p, training)
+
+
+def _drop_path(x: Tensor, p: float, training: bool) -> Tensor:
+    """:func:`drop_path` for a checked ``p``."""
     if p == 0.0 or not training:
         return x
     keep = 1.0 - p
@@ -146,15 +149,16 @@ class DropPath(nn.Module):
     """
 
     def __init__(self, p: float = 0.0) -> None:
-        super().__init__()
         drop_path(torch.empty(0), p, training=False)  # ValueError for p outside [0, 1)
+        self._build(p)
+
+    def _build(self, p: float) -> None:
+        super().__init__()
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
         """Drop whole samples of ``x`` (shape ``(B, ...)``) with probability ``p``."""
-        if self.p == 0.0 or not self.training:  # the identity, without re-checking p
-            return x
-        return drop_path(x, self.p, self.training)
+        return _drop_path(x, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -162,13 +166,14 @@ class DropPath(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class BlockOptions:
-    """What every encoder block of a model shares besides its width: validated once, here.
+    """Everything an encoder block is built from but its drop path: validated once, here.
 
-    :class:`EncoderBlock` and :class:`~vit_tutorial.axial.AxialEncoderBlock` take these
-    fields as keywords and build one; a model passes down those of its config with
-    :meth:`~vit_tutorial.vit.TransformerConfig.block_options`.
+    The blocks collect their arguments in one, and a model's config makes one (its ``block``);
+    the layers built from it (:meth:`attention`, :meth:`mlp`, the blocks' ``_build``) trust it.
 
     Attributes:
+        dim: model width D.
+        num_heads: attention heads h; they must divide D.
         mlp_ratio: MLP hidden width as a multiple of D.
         qkv_bias: bias in the query/key/value projections.
         dropout: dropout after the attention projections and inside the MLP.
@@ -176,10 +181,12 @@ class BlockOptions:
         norm_eps: the LayerNorm epsilon (1e-6 in ViT, timm and torchvision).
 
     Example:
-        >>> BlockOptions(dropout=0.1).attention_options()
-        {'qkv_bias': True, 'attn_dropout': 0.0, 'proj_dropout': 0.1}
+        >>> BlockOptions(dim=64, num_heads=4, mlp_ratio=2.0).mlp().fc1
+        Linear(in_features=64, out_features=128, bias=True)
     """
 
+    dim: int
+    num_heads: int
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
     dropout: float = 0.0
@@ -187,18 +194,25 @@ class BlockOptions:
     norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
+        check_heads(self.dim, self.num_heads), check_bool("qkv_bias", self.qkv_bias)
+        for name in ("dropout", "attn_dropout"):
+            check_real(name, getattr(self, name), 0.0, 1.0, high_open=True)
         check_real("mlp_ratio", self.mlp_ratio, 0.0, low_open=True)
         check_real("norm_eps", self.norm_eps, 0.0, low_open=True)
+        if int(self.dim * self.mlp_ratio) < 1:
+            raise ValueError(
+                f"the MLP needs at least one hidden unit, got hidden_dim="
+                f"{int(self.dim * self.mlp_ratio)} (dim={self.dim} × mlp_ratio={self.mlp_ratio!r})"
+            )
 
-    def attention_options(self) -> dict[str, Any]:
-        """The keywords of :class:`~vit_tutorial.attention.MultiHeadSelfAttention`."""
-        return dict(
-            qkv_bias=self.qkv_bias, attn_dropout=self.attn_dropout, proj_dropout=self.dropout
-        )
+    def attention(self) -> MultiHeadSelfAttention:
+        """The block's :class:`~vit_tutorial.attention.MultiHeadSelfAttention`."""
+        args = self.dim, self.num_heads, self.qkv_bias, self.attn_dropout, self.dropout
+        return trusted(MultiHeadSelfAttention, *args)
 
-    def mlp(self, dim: int) -> MLP:
+    def mlp(self) -> MLP:
         """The block's :class:`MLP`, of hidden width ``mlp_ratio · dim``."""
-        return MLP(dim, int(dim * self.mlp_ratio), self.dropout)
+        return trusted(MLP, self.dim, int(self.dim * self.mlp_ratio), self.dropout)
 
 
 class EncoderBlock(nn.Module):
@@ -231,16 +245,18 @@ class EncoderBlock(nn.Module):
         norm_first: bool = True,
         **options: Any,
     ) -> None:
+        check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
+        self._build(BlockOptions(dim, num_heads, **options), drop_path, norm_first)
+
+    def _build(self, o: BlockOptions, drop_path: float, norm_first: bool = True) -> None:
         super().__init__()
-        check_int("dim", dim), check_int("num_heads", num_heads)
-        o = BlockOptions(**options)
         self.norm_first = norm_first
-        self.norm1 = nn.LayerNorm(dim, eps=o.norm_eps)
-        self.attn = MultiHeadSelfAttention(dim, num_heads, **o.attention_options())
-        self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=o.norm_eps)
-        self.mlp = o.mlp(dim)
-        self.drop_path2 = DropPath(drop_path)
+        self.norm1 = nn.LayerNorm(o.dim, eps=o.norm_eps)
+        self.attn = o.attention()
+        self.drop_path1 = trusted(DropPath, drop_path)
+        self.norm2 = nn.LayerNorm(o.dim, eps=o.norm_eps)
+        self.mlp = o.mlp()
+        self.drop_path2 = trusted(DropPath, drop_path)
 
     def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
         """Apply the block to tokens ``x`` of shape ``(B, T, D)``; same shape out.
@@ -294,11 +310,12 @@ class Encoder(nn.Module):
     def __init__(
         self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0, **block_options: Any
     ) -> None:
+        options = BlockOptions(dim, num_heads, **block_options)
+        self._build(options, drop_path_rates(drop_path, depth))
+
+    def _build(self, o: BlockOptions, rates: list[float]) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(
-            EncoderBlock(dim, num_heads, drop_path=rate, **block_options)
-            for rate in drop_path_rates(drop_path, depth)
-        )
+        self.blocks = nn.ModuleList(trusted(EncoderBlock, o, rate) for rate in rates)
 
     def _biases(self, attn_bias: Tensor | Sequence[Tensor | None] | None) -> list:
         """One attention bias per block, from one shared bias or a sequence of them."""

@@ -19,7 +19,7 @@ import re
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.vit import VisionTransformer, ViTConfig
+from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "TORCHVISION_KEYS",
@@ -208,16 +208,14 @@ def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
     return hw[0] if hw[0] == hw[1] else tuple(hw)
 
 
-def _build(
-    config: ViTConfig, state_dict: dict[str, Tensor], source: nn.Module
-) -> VisionTransformer:
-    """Our model holding copies of ``state_dict``, in ``source``'s train/eval mode.
+def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
+    """Our model of ``fields`` holding copies of ``state_dict``, in ``source``'s train/eval mode.
 
     It is built on the meta device, which skips a random initialisation that the copies
     would overwrite anyway, and the copies keep the source's device and dtype.
     """
     with torch.device("meta"):
-        model = VisionTransformer(config)
+        model = VisionTransformer(**fields)  # validates the fields once
     copies = {k: v.detach().clone() for k, v in state_dict.items()}
     load_converted(model, copies, assign=True)
     if any(t.is_meta for t in model.buffers()):  # only learned / no position embeddings here
@@ -240,7 +238,7 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
     if not isinstance(model.conv_proj, nn.Conv2d):
         raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
     attn = model.encoder.layers[0].self_attention
-    config = ViTConfig(
+    fields = dict(
         image_size=model.image_size,
         patch_size=model.patch_size,
         in_channels=model.conv_proj.in_channels,
@@ -254,7 +252,7 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
         attn_dropout=model.attention_dropout,
         norm_eps=model.encoder.ln.eps,
     )
-    return _build(config, torchvision_state_dict_to_ours(model.state_dict()), model)
+    return _model(fields, torchvision_state_dict_to_ours(model.state_dict()), model)
 
 
 def from_timm(model: nn.Module) -> VisionTransformer:
@@ -283,7 +281,7 @@ def from_timm(model: nn.Module) -> VisionTransformer:
     block = model.blocks[0]
     if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
-    config = ViTConfig(
+    fields = dict(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
         in_channels=model.patch_embed.proj.in_channels,
@@ -300,7 +298,7 @@ def from_timm(model: nn.Module) -> VisionTransformer:
         norm_eps=block.norm1.eps,
         distilled=getattr(model, "dist_token", None) is not None,
     )
-    return _build(config, timm_state_dict_to_ours(model.state_dict()), model)
+    return _model(fields, timm_state_dict_to_ours(model.state_dict()), model)
 
 
 def max_abs_logit_difference(a: nn.Module, b: nn.Module, images: Tensor) -> float:

@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import math
 
-import torch  # noqa: F401  (the doctests use it)
+import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.checks import check_int
+from vit_tutorial.validate import check_int
 
 __all__ = ["PatchEmbedding", "ConvStem", "image_to_patches", "patches_to_image", "patch_grid"]
 
+#: A size given as one int ``P`` (for ``(P, P)``) or as a ``(height, width)`` pair.
+IntOrPair = int | tuple[int, int]
 
-def pair(x: int | tuple[int, int] | list[int], name: str = "size") -> tuple[int, int]:
+
+def pair(x: IntOrPair | list[int], name: str = "size") -> tuple[int, int]:
     """``x`` as an ``(height, width)`` pair: ``7 -> (7, 7)``, ``(4, 6) -> (4, 6)``.
 
     ``name`` is the argument's name in the ``TypeError`` raised for anything else.
@@ -57,9 +60,7 @@ def pair(x: int | tuple[int, int] | list[int], name: str = "size") -> tuple[int,
     raise TypeError(f"{name} must be an int or an (height, width) pair of ints, got {x!r}")
 
 
-def patch_grid(
-    image_size: int | tuple[int, int], patch_size: int | tuple[int, int]
-) -> tuple[int, int]:
+def patch_grid(image_size: IntOrPair, patch_size: IntOrPair) -> tuple[int, int]:
     """The patch grid ``(Gh, Gw) = (H / P_h, W / P_w)``; ``ValueError`` unless it tiles.
 
     Example:
@@ -79,6 +80,26 @@ def patch_grid(
             f"to a multiple of the patch size, e.g. {(H // ph * ph, W // pw * pw)}"
         )
     return H // ph, W // pw
+
+
+def grid_coordinates(
+    grid_size: IntOrPair, device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
+    """Row and column of every position of a ``Gh × Gw`` grid numbered row-major.
+
+    Returns:
+        ``(rows, cols)``, two integer tensors of shape ``(Gh·Gw,)``.
+
+    Example:
+        >>> grid_coordinates((2, 3))
+        (tensor([0, 0, 0, 1, 1, 1]), tensor([0, 1, 2, 0, 1, 2]))
+    """
+    gh, gw = pair(grid_size, "grid_size")
+    if gh < 1 or gw < 1:
+        raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
+    rows = torch.arange(gh, device=device).repeat_interleave(gw)  # 0 0 ... 1 1 ...
+    cols = torch.arange(gw, device=device).repeat(gh)  # 0 1 ... 0 1 ...
+    return rows, cols
 
 
 def check_images(images: object, in_channels: int | None = None) -> None:
@@ -109,7 +130,7 @@ def check_images(images: object, in_channels: int | None = None) -> None:
         )
 
 
-def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tensor:
+def image_to_patches(images: Tensor, patch_size: IntOrPair) -> Tensor:
     """Cut images into non-overlapping patches and flatten each one.
 
     Args:
@@ -135,9 +156,7 @@ def image_to_patches(images: Tensor, patch_size: int | tuple[int, int]) -> Tenso
     return rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=ph, p2=pw)
 
 
-def patches_to_image(
-    patches: Tensor, patch_size: int | tuple[int, int], image_size: int | tuple[int, int]
-) -> Tensor:
+def patches_to_image(patches: Tensor, patch_size: IntOrPair, image_size: IntOrPair) -> Tensor:
     """The inverse of :func:`image_to_patches`: put flattened patches back on the grid.
 
     Args:
@@ -179,22 +198,16 @@ class _Stem(nn.Module):
     """
 
     def __init__(
-        self,
-        image_size: int | tuple[int, int],
-        patch_size: int | tuple[int, int],
-        in_channels: int,
-        dim: int,
-        strict_image_size: bool,
+        self, image_size: IntOrPair, patch_size: IntOrPair, in_channels: int, dim: int, strict: bool
     ) -> None:
         super().__init__()
         self.grid_size = patch_grid(image_size, patch_size)
         self.image_size, self.patch_size = pair(image_size), pair(patch_size)
-        check_int("in_channels", in_channels), check_int("dim", dim)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.in_channels, self.dim = in_channels, dim
-        self.strict_image_size = strict_image_size
+        self.strict_image_size = strict
 
-    def grid_size_for(self, image_size: int | tuple[int, int]) -> tuple[int, int]:
+    def grid_size_for(self, image_size: IntOrPair) -> tuple[int, int]:
         """The grid ``(Gh, Gw)`` for another image size; ``ValueError`` if it does not tile."""
         return patch_grid(image_size, self.patch_size)
 
@@ -257,13 +270,17 @@ class PatchEmbedding(_Stem):
 
     def __init__(
         self,
-        image_size: int | tuple[int, int],
-        patch_size: int | tuple[int, int],
+        image_size: IntOrPair,
+        patch_size: IntOrPair,
         in_channels: int = 3,
         dim: int = 768,
         bias: bool = True,
         strict_image_size: bool = True,
     ) -> None:
+        check_int("in_channels", in_channels), check_int("dim", dim)
+        self._build(image_size, patch_size, in_channels, dim, bias, strict_image_size)
+
+    def _build(self, image_size, patch_size, in_channels, dim, bias=True, strict_image_size=True):
         super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
         self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size, bias=bias)
 
@@ -305,12 +322,16 @@ class ConvStem(_Stem):
 
     def __init__(
         self,
-        image_size: int | tuple[int, int],
+        image_size: IntOrPair,
         patch_size: int,
         in_channels: int = 3,
         dim: int = 768,
         strict_image_size: bool = True,
     ) -> None:
+        check_int("in_channels", in_channels), check_int("dim", dim)
+        self._build(image_size, patch_size, in_channels, dim, strict_image_size)
+
+    def _build(self, image_size, patch_size, in_channels, dim, strict_image_size=True):
         p, pw = pair(patch_size, "patch_size")
         if p != pw or p < 1 or p & (p - 1):
             raise ValueError(f"the conv stem needs a square power-of-2 patch size, got {(p, pw)}")

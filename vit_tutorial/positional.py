@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.checks import check_int, check_real
-from vit_tutorial.patches import pair
+from vit_tutorial.patches import IntOrPair, grid_coordinates, pair
+from vit_tutorial.validate import check_int, check_real
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -47,26 +47,6 @@ __all__ = [
 ]
 
 
-def grid_coordinates(
-    grid_size: int | tuple[int, int], device: torch.device | str | None = None
-) -> tuple[Tensor, Tensor]:
-    """Row and column of every position of a ``Gh × Gw`` grid numbered row-major.
-
-    Returns:
-        ``(rows, cols)``, two integer tensors of shape ``(Gh·Gw,)``.
-
-    Example:
-        >>> grid_coordinates((2, 3))
-        (tensor([0, 0, 0, 1, 1, 1]), tensor([0, 1, 2, 0, 1, 2]))
-    """
-    gh, gw = pair(grid_size, "grid_size")
-    if gh < 1 or gw < 1:
-        raise ValueError(f"grid_size must be positive, got {(gh, gw)}")
-    rows = torch.arange(gh, device=device).repeat_interleave(gw)  # 0 0 ... 1 1 ...
-    cols = torch.arange(gw, device=device).repeat(gh)  # 0 1 ... 0 1 ...
-    return rows, cols
-
-
 def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
     """``(N, D)`` grid table -> ``(1, T, D)``, ``T = prefix + N``, zeros for the prefix tokens."""
     return torch.cat([table.new_zeros(num_prefix_tokens, table.shape[1]), table])[None]
@@ -75,10 +55,8 @@ def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
 
-    The table ``weight`` of shape ``(1, T, D)`` is initialised from a normal of std 0.02
-    truncated at ±2 std, which leaves a std of 0.02 × 0.880 ≈ 0.0176. The reference ViT
-    draws it from an untruncated N(0, 0.02²), and timm's ``trunc_normal_(std=.02)`` has
-    default bounds of ±2 in absolute units, which cut nothing; the difference is immaterial.
+    The table ``weight`` of shape ``(1, T, D)`` starts from a normal of std 0.02 truncated at
+    ±2 std (std 0.0176); the reference ViT and timm do not truncate, which is immaterial.
 
     Args:
         num_positions: T, the prefix tokens included.
@@ -98,7 +76,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self,
         num_positions: int,
         dim: int,
-        grid_size: int | tuple[int, int] | None = None,
+        grid_size: IntOrPair | None = None,
         num_prefix_tokens: int = 0,
     ) -> None:
         super().__init__()
@@ -108,7 +86,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(1, num_positions, dim))
         nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
 
-    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+    def forward(self, x: Tensor, grid_size: IntOrPair | None = None) -> Tensor:
         """Return ``x + weight`` for tokens ``x`` of shape ``(B, T, D)``.
 
         With ``grid_size`` other than the table's, the table is first resampled with
@@ -126,10 +104,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
-    """Interleaved ``sin, cos`` of ``position·ω_i``, ``ω_i = temperature^(-2i/dim)``.
-
-    ``positions`` has shape ``(P,)``, the result ``(P, dim)``.
-    """
+    """Interleaved ``sin, cos`` of ``position·ω_i``, ``ω_i = temperature^(-2i/dim)``: ``(P, dim)``."""
     omega = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angles = positions.to(torch.float64)[:, None] * omega  # (P, dim/2)
     codes = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, dim/2, 2)
@@ -163,9 +138,7 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
     return _sincos(torch.arange(num_positions), dim, temperature)
 
 
-def sinusoidal_2d(
-    grid_size: int | tuple[int, int], dim: int, temperature: float = 10000.0
-) -> Tensor:
+def sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 10000.0) -> Tensor:
     """A 2D sine/cosine code: channels ``[0, D/2)`` encode the row, ``[D/2, D)`` the column.
 
     Each half is :func:`sinusoidal_1d` with width D/2, so two patches in the same row share
@@ -186,15 +159,18 @@ def sinusoidal_2d(
         >>> pe.shape, torch.equal(pe[0, :384], pe[5, :384])  # same row, same first half
         (torch.Size([196, 768]), True)
     """
-    gh, gw = pair(grid_size, "grid_size")
-    check_int("dim", dim)
+    check_int("dim", dim), check_real("temperature", temperature, 0.0, low_open=True)
+    return _sinusoidal_2d(grid_size, dim, temperature)
+
+
+def _sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 1e4) -> Tensor:
+    """:func:`sinusoidal_2d` for an int ``dim`` and a checked ``temperature``."""
     if dim % 4:
         raise ValueError(
             f"sinusoidal_2d needs dim divisible by 4 (sin and cos for each of two axes), got "
             f"dim={dim}; the nearest valid values are {dim // 4 * 4} and {dim // 4 * 4 + 4}"
         )
-    check_real("temperature", temperature, 0.0, low_open=True)
-    rows, cols = grid_coordinates((gh, gw))  # (N,) each
+    rows, cols = grid_coordinates(grid_size)  # (N,) each
     return torch.cat(
         [_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1
     )
@@ -217,20 +193,22 @@ class SinusoidalEmbedding2D(nn.Module):
         (torch.Size([1, 197, 768]), torch.Size([2, 197, 768]))
     """
 
-    def __init__(
-        self, grid_size: int | tuple[int, int], dim: int, num_prefix_tokens: int = 0
-    ) -> None:
+    def __init__(self, grid_size: IntOrPair, dim: int, num_prefix_tokens: int = 0) -> None:
+        check_int("dim", dim)
+        self._build(grid_size, dim, num_prefix_tokens)
+
+    def _build(self, grid_size: IntOrPair, dim: int, num_prefix_tokens: int) -> None:
         super().__init__()
         self.grid_size, self.dim = pair(grid_size, "grid_size"), dim
         self.num_prefix_tokens = num_prefix_tokens
-        table = _prefixed(sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
+        table = _prefixed(_sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
         self.register_buffer("table", table, persistent=False)  # (1, T, D), T = prefix + N
 
-    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+    def forward(self, x: Tensor, grid_size: IntOrPair | None = None) -> Tensor:
         """Return ``x + table`` for tokens ``(B, T, D)`` on ``grid_size`` (default: its own)."""
         table = self.table
         if grid_size is not None and pair(grid_size, "grid_size") != self.grid_size:
-            table = _prefixed(sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
+            table = _prefixed(_sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
         if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
             raise ValueError(
                 f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), got {tuple(x.shape)}"
@@ -259,17 +237,16 @@ class RelativePositionBias(nn.Module):
         (torch.Size([732, 12]), torch.Size([12, 197, 197]))
     """
 
-    def __init__(
-        self, grid_size: int | tuple[int, int], num_heads: int, num_prefix_tokens: int = 0
-    ) -> None:
+    def __init__(self, grid_size: IntOrPair, num_heads: int, num_prefix_tokens: int = 0) -> None:
+        gh, gw = pair(grid_size, "grid_size")
+        if min(gh, gw) < 1:
+            raise ValueError(f"need a positive grid, got grid {(gh, gw)}, num_heads={num_heads}")
+        check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        self._build(grid_size, num_heads, num_prefix_tokens)
+
+    def _build(self, grid_size: IntOrPair, num_heads: int, num_prefix_tokens: int):
         super().__init__()
         gh, gw = self.grid_size = pair(grid_size, "grid_size")
-        check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
-        if min(gh, gw, num_heads) < 1 or num_prefix_tokens < 0:
-            raise ValueError(
-                f"need a positive grid and num_heads and num_prefix_tokens >= 0, got "
-                f"grid {(gh, gw)}, num_heads={num_heads}, prefix={num_prefix_tokens}"
-            )
         self.num_heads, self.num_prefix_tokens = num_heads, num_prefix_tokens
         num_offsets = (2 * gh - 1) * (2 * gw - 1)
         extra = 3 if num_prefix_tokens else 0
@@ -293,10 +270,7 @@ class RelativePositionBias(nn.Module):
 
 
 def resize_pos_embed(
-    pos_embed: Tensor,
-    old_grid: int | tuple[int, int],
-    new_grid: int | tuple[int, int],
-    num_prefix_tokens: int = 1,
+    pos_embed: Tensor, old_grid: IntOrPair, new_grid: IntOrPair, num_prefix_tokens: int = 1
 ) -> Tensor:
     """Resample a learned position table to a new grid, bicubically (as timm does).
 
@@ -371,7 +345,7 @@ class RotaryEmbedding2D(nn.Module):
     def __init__(
         self,
         head_dim: int,
-        grid_size: int | tuple[int, int],
+        grid_size: IntOrPair,
         num_prefix_tokens: int = 0,
         temperature: float | None = None,
         mode: str = "axial",
@@ -384,12 +358,7 @@ class RotaryEmbedding2D(nn.Module):
         check_int("num_prefix_tokens", num_prefix_tokens, 0)
         if head_dim % 4:
             raise ValueError(f"RotaryEmbedding2D needs head_dim divisible by 4, got {head_dim}")
-        if min(pair(grid_size, "grid_size")) < 1 or num_prefix_tokens < 0 or num_heads < 1:
-            raise ValueError(
-                f"need a positive grid, num_prefix_tokens >= 0 and num_heads >= 1, "
-                f"got grid_size={grid_size}, num_prefix_tokens={num_prefix_tokens}"
-                f", num_heads={num_heads}"
-            )
+        grid_coordinates(grid_size)  # ValueError unless the grid is positive
         if temperature is not None:
             check_real("temperature", temperature, 0.0, low_open=True)
         self.head_dim, self.grid_size, self.mode = head_dim, pair(grid_size, "grid_size"), mode
@@ -406,15 +375,13 @@ class RotaryEmbedding2D(nn.Module):
             fy = torch.cat([mag * theta.sin(), mag * (theta + math.pi / 2).sin()], -1)
             self.freqs = nn.Parameter(torch.stack([fx, fy]))  # (2, h, d/2)
 
-    def angles(self, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+    def angles(self, grid_size: IntOrPair | None = None) -> Tensor:
         """Rotation angles of shape ``(1 or h, Gh·Gw, d/2)``, grid positions row-major."""
-        y, x = grid_coordinates(
-            self.grid_size if grid_size is None else grid_size, self.freqs.device
-        )
-        y, x = y.float(), x.float()  # row and column of each position
+        grid = self.grid_size if grid_size is None else grid_size
+        y, x = (c.float() for c in grid_coordinates(grid, self.freqs.device))  # row, column
         return x[:, None] * self.freqs[0][:, None] + y[:, None] * self.freqs[1][:, None]
 
-    def forward(self, x: Tensor, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+    def forward(self, x: Tensor, grid_size: IntOrPair | None = None) -> Tensor:
         """Rotate ``x`` of shape ``(B, h, T, d)``; ``grid_size`` overrides the built-in grid."""
         gh, gw = pair(grid_size, "grid_size") if grid_size is not None else self.grid_size
         p = self.num_prefix_tokens

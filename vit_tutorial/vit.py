@@ -30,14 +30,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.checks import check_bool, check_int, check_real
-from vit_tutorial.encoder import Encoder, init_weights
-from vit_tutorial.patches import ConvStem, PatchEmbedding, pair, patch_grid
+from vit_tutorial.encoder import BlockOptions, Encoder, init_weights
+from vit_tutorial.patches import ConvStem, IntOrPair, PatchEmbedding, pair, patch_grid
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
     SinusoidalEmbedding2D,
 )
+from vit_tutorial.validate import check_bool, check_int, check_real, trusted
 
 __all__ = [
     "TransformerConfig",
@@ -56,7 +56,8 @@ class TransformerConfig:
 
     ``dataclasses.asdict(config)`` is a plain dict that can be stored in a checkpoint, and
     ``type(config)(**that_dict)`` rebuilds the config. An invalid value raises ``TypeError``
-    or ``ValueError`` naming the field.
+    or ``ValueError`` naming the field. A model validates the config it is given once more
+    (it may have been changed) and builds its layers with :func:`~vit_tutorial.validate.trusted`.
 
     Attributes:
         image_size: ``H`` or ``(H, W)``.
@@ -73,12 +74,15 @@ class TransformerConfig:
         drop_path: stochastic depth of the last block (rising linearly from 0).
         pos_embed: one of the subclass's ``POS_EMBEDS``.
         norm_eps: LayerNorm epsilon, positive.
+        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` of ``dim``,
+            ``num_heads``, ``mlp_ratio``, ``qkv_bias``, ``dropout``, ``attn_dropout`` and
+            ``norm_eps``, which validates them.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
 
-    image_size: int | tuple[int, int] = 224
-    patch_size: int | tuple[int, int] = 16
+    image_size: IntOrPair = 224
+    patch_size: IntOrPair = 16
     in_channels: int = 3
     num_classes: int = 1000
     dim: int = 768
@@ -93,40 +97,28 @@ class TransformerConfig:
     norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        for name in ("in_channels", "num_classes", "dim", "depth", "num_heads"):
+        for name in ("in_channels", "num_classes", "depth"):
             check_int(name, getattr(self, name))
-        if self.dim % self.num_heads:
-            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        for name in ("dropout", "attn_dropout", "drop_path"):
-            check_real(name, getattr(self, name), 0.0, 1.0, high_open=True)
-        check_real("mlp_ratio", self.mlp_ratio, 0.0, low_open=True)
-        if int(self.dim * self.mlp_ratio) < 1:
-            raise ValueError(
-                f"mlp_ratio must give the MLP at least one hidden unit, got "
-                f"mlp_ratio={self.mlp_ratio!r} with dim={self.dim}"
-            )
-        check_real("norm_eps", self.norm_eps, 0.0, low_open=True)
-        check_bool("qkv_bias", self.qkv_bias)
+        check_real("drop_path", self.drop_path, 0.0, 1.0, high_open=True)
+        fields = [getattr(self, f.name) for f in dataclasses.fields(BlockOptions)]
+        self.block = BlockOptions(*fields)  # checks dim, num_heads, mlp_ratio, ...
         if self.pos_embed not in self.POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got {self.pos_embed!r}")
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
 
     def block_options(self) -> dict[str, Any]:
-        """The :class:`~vit_tutorial.encoder.BlockOptions` every block shares, as keywords."""
-        return dict(
-            mlp_ratio=self.mlp_ratio,
-            qkv_bias=self.qkv_bias,
-            dropout=self.dropout,
-            attn_dropout=self.attn_dropout,
-            norm_eps=self.norm_eps,
-        )
+        """The keywords of ``block`` but ``dim`` and ``num_heads``, for :class:`Encoder` & co."""
+        options = dataclasses.asdict(self.block)
+        return {k: v for k, v in options.items() if k not in ("dim", "num_heads")}
+
+    def drop_path_rates(self) -> list[float]:
+        """Each block's stochastic-depth rate, as :func:`~vit_tutorial.encoder.drop_path_rates`."""
+        return torch.linspace(0, self.drop_path, self.depth, device="cpu").tolist()
 
     @classmethod
     def resolve(cls, config: TransformerConfig | None = None, **fields: Any):
         """``config`` (default: the defaults) with ``fields`` replaced, validated."""
-        if config is None:
-            config = cls()
-        elif not isinstance(config, cls):
+        if config is not None and not isinstance(config, cls):
             hint = f"; rebuild it: {cls.__name__}(**config)" if isinstance(config, dict) else ""
             raise TypeError(
                 f"config must be a {cls.__name__} or None, got {type(config).__name__}{hint}"
@@ -135,7 +127,7 @@ class TransformerConfig:
         unknown = sorted(set(fields) - set(valid))
         if unknown:
             raise TypeError(f"unknown {cls.__name__} fields {unknown}; valid fields: {valid}")
-        return dataclasses.replace(config, **fields)
+        return cls(**fields) if config is None else dataclasses.replace(config, **fields)
 
 
 @dataclasses.dataclass
@@ -155,8 +147,8 @@ class ViTConfig(TransformerConfig):
             (:class:`~vit_tutorial.patches.ConvStem`).
         distilled: add DeiT's distillation token after the class token, with a head of
             its own (Touvron et al. 2021, Section 4; needs ``pool='cls'``). In training
-            the model returns both heads' logits, for :func:`~vit_tutorial.engine.fit`
-            with ``teacher=``; in eval, their mean (as DeiT's code and timm do).
+            the model returns both heads' logits, for the loss
+            :class:`~vit_tutorial.losses.HardDistillation`; in eval, their mean (as DeiT and timm).
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
@@ -224,21 +216,17 @@ class VisionTransformer(nn.Module):
     def __init__(self, config: ViTConfig | None = None, **fields: Any) -> None:
         super().__init__()
         self.config = c = ViTConfig.resolve(config, **fields)
+        # c is validated: its layers are built without checking again (validate.trusted)
         stem = PatchEmbedding if c.stem == "patch" else ConvStem
-        self.patch_embed = stem(
-            c.image_size,
-            c.patch_size,
-            c.in_channels,
-            c.dim,
-            strict_image_size=not c.dynamic_image_size,
-        )
+        args = c.image_size, c.patch_size, c.in_channels, c.dim
+        self.patch_embed = trusted(stem, *args, strict_image_size=not c.dynamic_image_size)
         self.grid_size = self.patch_embed.grid_size
         self.num_prefix_tokens = int(c.class_token) + int(c.distilled)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.distilled else None
         self.pos_embed = self._position_encoding()
         self.pos_drop = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.drop_path, **c.block_options())
+        self.encoder = trusted(Encoder, c.block, c.drop_path_rates())
         # timm's placement: LayerNorm on the tokens for 'cls', on the pooled vector for 'mean'.
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
         self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
@@ -256,10 +244,10 @@ class VisionTransformer(nn.Module):
         if c.pos_embed == "learned":
             return LearnedPositionalEmbedding(prefix + grid[0] * grid[1], c.dim, grid, prefix)
         if c.pos_embed == "sincos2d":
-            return SinusoidalEmbedding2D(grid, c.dim, prefix)
+            return trusted(SinusoidalEmbedding2D, grid, c.dim, prefix)
         if c.pos_embed == "relative":
             return nn.ModuleList(
-                RelativePositionBias(grid, c.num_heads, prefix) for _ in range(c.depth)
+                trusted(RelativePositionBias, grid, c.num_heads, prefix) for _ in range(c.depth)
             )
         return None
 

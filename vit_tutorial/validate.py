@@ -2,14 +2,17 @@
 
 Each check raises ``TypeError`` for a value of the wrong kind and ``ValueError`` for one out
 of range, naming the argument, the value and what was expected.
+A value is checked once, where the reader hands it in (a config, a layer built directly);
+the layers built from a validated config are built with :func:`trusted`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
-__all__ = ["check_int", "check_real", "check_bool"]
+__all__ = ["check_int", "check_real", "check_bool", "trusted"]
 
 
 def check_int(name: str, value: object, minimum: int = 1) -> int:
@@ -65,3 +68,15 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def trusted(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """An instance of ``cls`` from arguments checked already: ``_build(*args, **kwargs)`` alone.
+
+    A layer checks its arguments in ``__init__``, then makes itself in ``_build``, which checks
+    nothing. ``Layer(...)`` called directly still refuses bad input; a model builds its layers
+    from its validated config with ``trusted(Layer, ...)``, so no value is checked twice.
+    """
+    instance = cls.__new__(cls)
+    instance._build(*args, **kwargs)
+    return instance
