@@ -1,16 +1,22 @@
-"""Tests for vit_tutorial/data.py: the digits split, seeded loaders, CIFAR-10 offline."""
+"""Tests for vit_tutorial/data/: the digits split, seeded loaders, CIFAR-10 offline, image
+folders (Fashion-MNIST has its own file, test_fashion_mnist.py)."""
 
 import time
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import TensorDataset
 
-import vit_tutorial.data as data_module
-from vit_tutorial.data import cifar10_datasets, digits_datasets, make_loader
+import vit_tutorial.data.cifar10 as cifar10_module
+from vit_tutorial.data import cifar10_datasets, digits_datasets, image_folder_datasets, make_loader
+
+from tiny_models import write_image_folder
+
+MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +94,82 @@ def test_cifar10_missing_without_download_says_so(tmp_path):
 
 def test_cifar10_offline_fails_fast_with_a_clear_message(tmp_path, monkeypatch):
     # Port 9 (discard) on localhost refuses connections: an "offline" server, answered at once.
-    monkeypatch.setattr(data_module, "CIFAR10_URL", "https://127.0.0.1:9/cifar-10.tar.gz")
+    monkeypatch.setattr(cifar10_module, "CIFAR10_URL", "https://127.0.0.1:9/cifar-10.tar.gz")
     tic = time.perf_counter()
     with pytest.raises(ConnectionError, match="127.0.0.1 cannot be reached.*one-time download"):
         cifar10_datasets(tmp_path, download=True, timeout=2.0)
     assert time.perf_counter() - tic < 5
     assert not any(tmp_path.iterdir())  # nothing half-downloaded left behind
+
+
+# --- image_folder_datasets -----------------------------------------------------------------
+
+
+def test_image_folder_split_is_stratified_seeded_and_normalised(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD, batch_size=4)
+    assert (len(data.train), len(data.test), data.val) == (14, 4, None)
+    assert data.classes == ["class0", "class1", "class2"] and data.num_classes == 3
+    assert (data.in_channels, data.image_size, data.mean, data.std) == (3, 16, MEAN, STD)
+    held_out = [data.test[i][1] for i in range(len(data.test))]
+    assert sorted(set(held_out)) == [0, 1, 2]  # every class held out in proportion
+    assert sorted(data.train.indices + data.test.indices) == list(range(18))
+    again = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD)
+    assert again.test.indices == data.test.indices  # the same seed, the same split
+    other = image_folder_datasets(folder, image_size=16, mean=MEAN, std=STD, seed=1)
+    assert other.test.indices != data.test.indices
+    images, labels = next(iter(data.train_loader))
+    assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
+    # Uniform images stay uniform through resize and crop: each pixel is (v / 255 - mean) / std.
+    image, label = data.test[0]
+    path = data.test.dataset.samples[data.test.indices[0]][0]
+    rgb = torch.tensor(Image.open(path).convert("RGB").getpixel((0, 0))) / 255
+    expected = (rgb - torch.tensor(MEAN)) / torch.tensor(STD)
+    torch.testing.assert_close(image, expected.view(3, 1, 1).expand(3, 16, 16))
+
+
+def test_greyscale_images_become_rgb(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(folder, val_dir=folder, image_size=8, mean=MEAN, std=STD)
+    grey, _ = data.test[0]  # class0/0.png, an 'L' image
+    assert grey.shape == (3, 8, 8)
+    # Three equal channels: undoing the normalisation gives the grey level everywhere.
+    pixels = grey * torch.tensor(STD).view(3, 1, 1) + torch.tensor(MEAN).view(3, 1, 1)
+    torch.testing.assert_close(pixels, torch.full_like(pixels, 90 / 255))
+
+
+def test_a_val_folder_is_used_whole_and_without_augment_train_is_eval(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(
+        folder, val_dir=folder, image_size=8, mean=MEAN, std=STD, augment=False
+    )
+    assert len(data.train) == len(data.test) == 18
+    assert all(torch.equal(data.train[i][0], data.test[i][0]) for i in (0, 7, 17))
+
+
+def test_image_folder_errors(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    options = dict(image_size=8, mean=MEAN, std=STD)
+    with pytest.raises(ValueError, match=f"train_dir {tmp_path / 'nope'} is not a folder"):
+        image_folder_datasets(tmp_path / "nope", **options)
+    (tmp_path / "one" / "class0").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"class folders \['class0'\]: a classifier needs at"):
+        image_folder_datasets(tmp_path / "one", **options)
+    (tmp_path / "empty" / "a").mkdir(parents=True), (tmp_path / "empty" / "b").mkdir()
+    with pytest.raises(ValueError, match=f"train_dir {tmp_path / 'empty'}: .*no valid file"):
+        image_folder_datasets(tmp_path / "empty", **options)
+    other = write_image_folder(tmp_path / "other")
+    (other / "class2").rename(other / "zebra")
+    with pytest.raises(ValueError, match=r"val_dir .* has classes \['class0', 'class1', 'zebra'\]"):
+        image_folder_datasets(folder, val_dir=other, **options)
+    for fraction in (0, 1, 1.5):
+        with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
+            image_folder_datasets(folder, val_fraction=fraction, **options)
+    with pytest.raises(ValueError, match="val_fraction=0.01 of 18 images holds out 0"):
+        image_folder_datasets(folder, val_fraction=0.01, **options)
+    with pytest.raises(
+        ValueError, match=r"mean and std need 3 values \(R, G, B\), got mean=\(0.5,\)"
+    ):
+        image_folder_datasets(folder, image_size=8, mean=(0.5,), std=(0.5,))
+    with pytest.raises(TypeError, match="image_size must be an integer, got '8'"):
+        image_folder_datasets(folder, image_size="8", mean=MEAN, std=STD)

@@ -2,23 +2,29 @@
 
 Most tests use a stand-in for Debian's package written by the fixture below: the four IDX
 files with the real shapes, where every image holds its own index, so the tests can tell
-exactly which images landed in which split. One test reads the real files.
+exactly which images landed in which split. One test reads the real files; one downloads
+the stand-in from a local server.
 """
 
+import functools
 import gzip
 import os
+import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
 from torchvision.datasets import FashionMNIST
 from torchvision.transforms import v2
 
-import vit_tutorial.data as data_module
+import vit_tutorial.data.fashion_mnist as data_module
 from vit_tutorial.data import (
     FASHION_MNIST_DEBIAN_DIR,
     FASHION_MNIST_MEAN,
     FASHION_MNIST_STD,
+    data_root,
     fashion_mnist_datasets,
     stratified_indices,
 )
@@ -74,12 +80,29 @@ def splits(offline, tmp_path):
     return fashion_mnist_datasets(tmp_path)
 
 
-def test_the_debian_files_are_decompressed_where_torchvision_looks(splits, tmp_path):
-    raw = tmp_path / "FashionMNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(
-        name[:-3] for name, _ in FashionMNIST.resources
-    )
-    assert (raw / "train-images-idx3-ubyte").stat().st_size == 16 + 60000 * 784
+def test_the_debian_files_are_read_where_they_are(splits, tmp_path):
+    assert not any(tmp_path.iterdir())  # nothing copied, nothing decompressed to disk
+    assert image_ids(splits.train.images).max() < 60000 and len(splits.classes) == 10
+
+
+def test_without_the_files_torchvision_downloads_them_into_root(debian_dir, tmp_path, monkeypatch):
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(debian_dir))
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(data_module, "FASHION_MNIST_DEBIAN_DIR", tmp_path / "absent")
+    monkeypatch.setattr(FashionMNIST, "mirrors", [f"http://127.0.0.1:{server.server_port}/"])
+    monkeypatch.setattr(FashionMNIST, "resources", [(n, None) for n, _ in FashionMNIST.resources])
+    try:
+        downloaded = fashion_mnist_datasets(tmp_path / "data", val_size=0)
+    finally:
+        server.shutdown()
+    raw = tmp_path / "data" / "FashionMNIST" / "raw"
+    assert all((raw / name).is_file() for name, _ in FashionMNIST.resources)
+    assert torch.equal(image_ids(downloaded.train.images), torch.arange(60000))
+    monkeypatch.setattr(FashionMNIST, "mirrors", ["http://127.0.0.1:9/"])  # offline now
+    again = fashion_mnist_datasets(tmp_path / "data", val_size=0, download=False)
+    assert torch.equal(again.test.images, downloaded.test.images)
 
 
 def test_splits_have_the_documented_sizes_and_never_share_an_image(splits):
@@ -188,8 +211,8 @@ def test_stratified_indices_refuses_a_size_it_cannot_give():
 
 def test_data_root_follows_the_environment_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("VIT_TUTORIAL_DATA", str(tmp_path))
-    assert data_module.data_root() == tmp_path
-    assert data_module.data_root("~/x") == data_module.Path("~/x").expanduser()
+    assert data_root() == tmp_path
+    assert data_root("~/x") == Path("~/x").expanduser()
 
 
 @pytest.mark.skipif(

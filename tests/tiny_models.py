@@ -46,3 +46,23 @@ class Crash:
                 raise RuntimeError("simulated crash")
             self.after -= 1
             yield batch
+
+
+COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200)]
+
+
+def write_image_folder(root, per_class=6):
+    """3 classes of 20×24 PNGs, each image one uniform colour; image 0 of class 0 is 'L'."""
+    from PIL import Image
+
+    for c, colour in enumerate(COLOURS):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(per_class):
+            shade = tuple(min(255, v + 8 * i) for v in colour)
+            image = (
+                Image.new("L", (24, 20), 90)
+                if (c, i) == (0, 0)
+                else Image.new("RGB", (24, 20), shade)
+            )
+            image.save(root / f"class{c}" / f"{i}.png")
+    return root

@@ -1,0 +1,159 @@
+"""Your own images, one sub-folder per class, read by ``torchvision.datasets.ImageFolder``
+and prepared as a pre-trained ViT expects them (chapter 9's fine-tuning)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, Subset
+
+from vit_tutorial.data.core import DataSplits, make_loader, stratified_indices
+from vit_tutorial.validate import check_bool, check_int, check_real
+
+__all__ = ["image_folder_datasets", "CROP_SCALE", "CROP_FRACTION"]
+
+CROP_SCALE = (0.5, 1.0)
+"""Area range of the random training crops, a fraction of the image.
+
+The crops of ImageNet training from scratch reach down to 8 % (``(0.08, 1.0)``,
+torchvision's and timm's default); a pre-trained model fine-tuned on a few images per class
+is better served by crops that keep most of the object. This is a choice, not a measured
+optimum.
+"""
+CROP_FRACTION = 0.875
+"""Evaluation: resize the shorter side to ``image_size / 0.875``, then crop the centre."""
+
+
+def _image_transforms(
+    image_size: int, mean: tuple[float, ...], std: tuple[float, ...], augment: bool
+) -> tuple[Any, Any]:
+    """``(train, eval)`` ``transforms.v2`` pipelines from a PIL image to a normalised tensor."""
+    if len(mean) != 3 or len(std) != 3:
+        raise ValueError(f"mean and std need 3 values (R, G, B), got mean={mean} and std={std}")
+    from torchvision.transforms import v2
+
+    resize = int(image_size / CROP_FRACTION)  # 224 -> 256
+    centre = [v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)]
+    crop = v2.RandomResizedCrop(image_size, scale=CROP_SCALE, antialias=True)
+    augmented = [crop, v2.RandomHorizontalFlip()]
+    to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    train = v2.Compose([*(augmented if augment else centre), *to_tensor])
+    return train, v2.Compose([*centre, *to_tensor])
+
+
+def _image_folder(path: str | os.PathLike, what: str, transform: Any) -> Any:
+    """``torchvision.datasets.ImageFolder`` of ``path``, with ValueError for what cannot train."""
+    from torchvision.datasets import ImageFolder
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{what} {path} is not a folder; expected one sub-folder per class")
+    classes = sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+    if len(classes) < 2:
+        raise ValueError(
+            f"{what} {path} holds the class folders {classes}: a classifier needs at least "
+            "2 (one sub-folder of images per class)"
+        )
+    try:
+        return ImageFolder(path, transform=transform)  # its loader converts images to RGB
+    except FileNotFoundError as error:  # a class folder without images
+        raise ValueError(f"{what} {path}: {error}") from error
+
+
+def _train_and_held_out(
+    train_dir: str | os.PathLike,
+    val_dir: str | os.PathLike | None,
+    transforms: tuple[Any, Any],
+    val_fraction: float,
+    seed: int,
+) -> tuple[Dataset, Dataset, list[str]]:
+    """The training and held-out datasets, and the classes: ``val_dir``'s images, or a seeded
+    split of ``train_dir``'s with each class in proportion."""
+    train_tf, eval_tf = transforms
+    train = _image_folder(train_dir, "train_dir", train_tf)
+    if val_dir is not None:
+        held_out = _image_folder(val_dir, "val_dir", eval_tf)
+        if held_out.classes != train.classes:
+            raise ValueError(
+                f"val_dir {val_dir} has classes {held_out.classes}, train_dir {train_dir} has "
+                f"{train.classes}: the class folders must be the same"
+            )
+        return train, held_out, list(train.classes)
+    labels = torch.tensor(train.targets)
+    size = round(val_fraction * len(labels))
+    if not 0 < size < len(labels):
+        raise ValueError(
+            f"val_fraction={val_fraction} of {len(labels)} images holds out {size}: "
+            "need at least one image on each side"
+        )
+    held_out_idx = stratified_indices(labels, size, seed=seed)
+    keep = torch.ones(len(labels), dtype=torch.bool)
+    keep[held_out_idx] = False
+    held_out = _image_folder(train_dir, "train_dir", eval_tf)  # the same files, in order
+    train_idx = keep.nonzero().squeeze(1).tolist()
+    return Subset(train, train_idx), Subset(held_out, held_out_idx.tolist()), list(train.classes)
+
+
+def image_folder_datasets(
+    train_dir: str | os.PathLike,
+    *,
+    val_dir: str | os.PathLike | None = None,
+    image_size: int,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    batch_size: int = 32,
+    val_fraction: float = 0.2,
+    seed: int = 0,
+    num_workers: int = 0,
+    augment: bool = True,
+) -> DataSplits:
+    """Your own images, one sub-folder per class, as :class:`~vit_tutorial.data.DataSplits`.
+
+    Read by ``torchvision.datasets.ImageFolder`` (as RGB). Training images: a random crop
+    (:data:`CROP_SCALE` of the area) resized to ``image_size``, a random flip; held-out ones
+    (and all with ``augment=False``): resized to ``image_size / 0.875``, centre-cropped; then
+    scaled to 0-1 and normalised. The held-out images (``val_dir``'s, or ``val_fraction`` of
+    each class) are the ``test`` split, which :func:`~vit_tutorial.finetune.finetune` scores.
+
+    Args:
+        train_dir: the training images, ``train_dir/<class>/<image>``.
+        val_dir: held-out images with the same class folders, or ``None``.
+        image_size: side of the square images the model sees.
+        mean: per-channel mean of the normalisation the model's weights expect.
+        std: per-channel standard deviation of that normalisation.
+        batch_size: training batch size per process (held-out batches too).
+        val_fraction: share of each class held out when there is no ``val_dir``.
+        seed: seed of the held-out split and of the training loader's shuffling.
+        num_workers: loader worker processes.
+        augment: random crops and flips of the training images.
+
+    Raises:
+        ValueError: a folder is missing, has fewer than 2 class folders or an empty one,
+            or other classes than the other; ``val_fraction`` is not in (0, 1) or leaves a
+            side empty; ``mean`` or ``std`` has not 3 values.
+        TypeError: ``image_size``, ``batch_size`` or ``num_workers`` is not an int.
+    """
+    check_int("image_size", image_size), check_int("batch_size", batch_size)
+    check_int("num_workers", num_workers, minimum=0), check_bool("augment", augment)
+    check_real("val_fraction", val_fraction, 0.0, 1.0, low_open=True, high_open=True)
+    pipelines = _image_transforms(image_size, tuple(mean), tuple(std), augment)
+    train, held_out, classes = _train_and_held_out(
+        train_dir, val_dir, pipelines, val_fraction, seed
+    )
+    return DataSplits(
+        train=train,
+        test=held_out,
+        train_loader=make_loader(
+            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers
+        ),
+        test_loader=make_loader(held_out, batch_size, shuffle=False, num_workers=num_workers),
+        image_size=image_size,
+        in_channels=3,
+        num_classes=len(classes),
+        classes=classes,
+        mean=tuple(mean),
+        std=tuple(std),
+    )
