@@ -1,20 +1,20 @@
 """Tests for vit_tutorial/mae.py: masking, the visible-only encoder, the masked loss and
 the hand-over of the encoder's weights to a VisionTransformer."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from vit_tutorial.mae import (
-    MaskedAutoencoder,
-    masked_patch_loss,
-    normalized_patches,
-    pretrain,
-    random_masking,
-)
+from vit_tutorial.data import make_loader
+from vit_tutorial.engine import FitSettings, fit
+from vit_tutorial.losses import mae_loss, masked_patch_loss
+from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
 from vit_tutorial.vit import VisionTransformer
+
+from tiny_models import Crash
 
 SMALL = dict(image_size=16, patch_size=4, in_channels=1, dim=16, depth=2, num_heads=2)
 DECODER = dict(decoder_dim=8, decoder_depth=1, decoder_heads=2)
@@ -162,19 +162,62 @@ def test_reconstructions_keep_the_visible_patches():
     assert recon.shape == images.shape
 
 
-def test_pretraining_lowers_the_loss_and_ignores_labels():
-    torch.manual_seed(0)
+MAE_FIT = FitSettings(epochs=15, lr=3e-3, betas=(0.9, 0.95))
+
+
+def mirrored_images():
     images = torch.rand(64, 1, 16, 16)
     images[:, :, :, 8:] = images[:, :, :, :8]  # a structure to learn: mirrored halves
+    return images
+
+
+def test_pretraining_through_fit_lowers_the_loss_and_ignores_labels():
+    torch.manual_seed(0)
+    images = mirrored_images()
     mae = small_mae()
     before = mae(images, torch.Generator().manual_seed(0)).loss.item()
-    loader = DataLoader(TensorDataset(images), batch_size=16)
-    history = pretrain(mae, loader, epochs=15, lr=3e-3, device="cpu", progress=False)
-    assert list(history) == ["epoch", "loss", "lr", "time"] and history["epoch"][-1] == 15
+    labels = torch.full((64,), -5)  # never read: -5 is no class
+    loader = DataLoader(TensorDataset(images, labels), batch_size=16)
+    history = fit(mae, loader, None, MAE_FIT, loss=mae_loss, device="cpu", progress=False)
+    assert history["epoch"][-1] == 15 and math.isnan(history["train_acc"][-1])
+    assert history["train_loss"][-1] < history["train_loss"][0]
     mae.eval()
     assert mae(images, torch.Generator().manual_seed(0)).loss.item() < 0.8 * before
-    labelled = DataLoader(TensorDataset(images, torch.full((64,), -5)), batch_size=16)
-    pretrain(small_mae(), labelled, epochs=1, lr=1e-3, device="cpu", progress=False)
+
+
+def test_pretraining_resumes_from_its_checkpoint_to_the_same_weights(tmp_path):
+    """MAE's random masks draw from torch's RNG, which the checkpoint restores."""
+    loader = make_loader(TensorDataset(mirrored_images(), torch.zeros(64)), 16, shuffle=True)
+    settings = dataclasses.replace(MAE_FIT, epochs=3)
+    args = dict(loss=mae_loss, device="cpu", progress=False)
+    torch.manual_seed(0)
+    straight = small_mae()
+    fit(straight, loader, None, settings, **args)
+    torch.manual_seed(0)
+    path = tmp_path / "mae.pt"
+    with pytest.raises(RuntimeError, match="simulated crash"):  # dies in epoch 3
+        fit(
+            small_mae(),
+            Crash(loader, after=2 * 4 + 1),
+            None,
+            settings,
+            **args,
+            checkpoint_path=path,
+        )
+    torch.manual_seed(999)  # a new process: other RNG state, fresh model
+    resumed = small_mae()
+    with pytest.raises(ValueError, match="cannot resume .* betas=.0.9, 0.95."):
+        fit(
+            resumed,
+            loader,
+            None,
+            dataclasses.replace(settings, betas=(0.9, 0.999)),
+            **args,
+            checkpoint_path=path,
+        )
+    fit(resumed, loader, None, settings, **args, checkpoint_path=path)
+    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize(
@@ -205,8 +248,3 @@ def test_bad_inputs_are_refused():
         masked_patch_loss(torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="these fields changed"):
         small_mae().to_vit(10, depth=3)
-    loader = DataLoader(TensorDataset(torch.zeros(4, 1, 16, 16)), batch_size=2)
-    with pytest.raises(ValueError, match="epochs must be at least 1"):
-        pretrain(small_mae(), loader, epochs=0, lr=1e-3)
-    with pytest.raises(ValueError, match="lr must be positive"):
-        pretrain(small_mae(), loader, epochs=1, lr=0.0)

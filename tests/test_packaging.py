@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = {"torch", "einops", "numpy", "tqdm"}
+RUNTIME = {"torch", "einops", "numpy"}
 EXTRAS = {"train", "book", "dev"}
 
 

@@ -38,7 +38,7 @@ def test_unknown_preset_in_python_raises():
 )
 def test_zero_or_negative_overrides_are_refused_not_replaced_by_the_preset(override):
     ((name, value),) = override.items()
-    with pytest.raises(ValueError, match=rf"{name} must be .*, got {name}={value!r}"):
+    with pytest.raises(ValueError, match=rf"^{name} must be .*, got {value}"):
         train_recipe("digits-tiny", progress=False, **override)
 
 
@@ -51,6 +51,5 @@ def test_fashion_mnist_recipe_validates_on_its_own_split_without_augmentation():
 
 
 def test_an_unknown_dataset_is_named():
-    recipe = dataclasses.replace(RECIPES["digits"], dataset="mnist")
-    with pytest.raises(ValueError, match="unknown dataset 'mnist'; valid: 'digits'"):
-        recipe_datasets(recipe)
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'; valid: .'digits'"):
+        dataclasses.replace(RECIPES["digits"], dataset="mnist")

@@ -29,94 +29,61 @@ NOT_INSTALLED = "not installed"
 
 
 def _module(name: str):
-    """Import a module, or return None when it cannot be imported.
-
-    Args:
-        name: the module's import name, e.g. ``"sklearn"``.
-
-    Returns:
-        The module, or None when importing it raises (missing, blocked or broken).
-    """
+    """The module ``name``, or None when importing it raises (missing, blocked, broken)."""
     try:
         return importlib.import_module(name)
     except Exception:
         return None
 
 
-def _versions() -> list[tuple[str, str]]:
-    """Return ``(package, version)`` for each of ``PACKAGES``, "not installed" when missing."""
+def _rows() -> list[tuple[str, str]]:
+    """``(name, value)`` for the packages, torch's accelerators and the offline datasets."""
     rows = []
-    for shown, module_name in PACKAGES:
-        module = _module(module_name)
+    for shown, name in PACKAGES:
+        module = _module(name)
         version = NOT_INSTALLED if module is None else getattr(module, "__version__", "unknown")
         rows.append((shown, str(version)))
-    return rows
-
-
-def _torch_rows() -> list[tuple[str, str]]:
-    """Return the rows on torch's threads and accelerators (CUDA, bf16 on CUDA, MPS)."""
     torch = _module("torch")
     if torch is None:
-        return [("torch threads", NOT_INSTALLED), ("CUDA available", NOT_INSTALLED)]
-    cuda = torch.cuda.is_available()
-    rows = [("torch threads", str(torch.get_num_threads())), ("CUDA available", str(cuda))]
-    if cuda:
-        rows.append(("CUDA device", torch.cuda.get_device_name(0)))
-        rows.append(("CUDA bf16 supported", str(torch.cuda.is_bf16_supported())))
-    mps = getattr(torch.backends, "mps", None)
-    rows.append(("MPS available", str(mps is not None and mps.is_available())))
-    return rows
-
-
-def _dataset_rows() -> list[tuple[str, str]]:
-    """Return whether the offline datasets are present: digits and Debian's Fashion-MNIST."""
+        rows += [("torch threads", NOT_INSTALLED), ("CUDA available", NOT_INSTALLED)]
+    else:
+        cuda = torch.cuda.is_available()
+        rows += [("torch threads", str(torch.get_num_threads())), ("CUDA available", str(cuda))]
+        if cuda:
+            rows.append(("CUDA device", torch.cuda.get_device_name(0)))
+            rows.append(("CUDA bf16 supported", str(torch.cuda.is_bf16_supported())))
+        mps = getattr(torch.backends, "mps", None)
+        rows.append(("MPS available", str(mps is not None and mps.is_available())))
     datasets = _module("sklearn.datasets")
-    digits = (
-        "present (scikit-learn)"
-        if datasets is not None and hasattr(datasets, "load_digits")
-        else "absent (scikit-learn not installed)"
-    )
+    has_digits = datasets is not None and hasattr(datasets, "load_digits")
+    digits = "present (scikit-learn)" if has_digits else "absent (scikit-learn not installed)"
     try:
         fashion = FASHION_MNIST_DIR.is_dir() and any(FASHION_MNIST_DIR.iterdir())
     except OSError:  # unreadable: as good as absent
         fashion = False
     fashion_text = f"{'present' if fashion else 'absent'} ({FASHION_MNIST_DIR})"
-    return [("digits dataset", digits), ("Fashion-MNIST files", fashion_text)]
-
-
-def _on_colab() -> bool:
-    """Return whether this process runs on Google Colab."""
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+    return rows + [("digits dataset", digits), ("Fashion-MNIST files", fashion_text)]
 
 
 def report() -> str:
-    """Build the environment report, one ``name: value`` line per fact.
-
-    Returns:
-        The report as text, without a trailing newline.
-    """
+    """The environment report, one ``name: value`` line per fact, without a final newline."""
     import vit_tutorial
 
+    colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
     rows = [
         ("vit_tutorial", vit_tutorial.__version__),
         ("location", str(Path(vit_tutorial.__file__).resolve().parent)),
         ("Python", f"{platform.python_version()} ({sys.executable})"),
         ("platform", platform.platform()),
-        *_versions(),
-        *_torch_rows(),
-        *_dataset_rows(),
-        ("Colab", str(_on_colab())),
+        *_rows(),
+        ("Colab", str(colab)),
     ]
     width = max(len(name) for name, _ in rows) + 1
     return "\n".join(f"{name + ':':<{width}} {value}" for name, value in rows)
 
 
 def main() -> int:
-    """Print the environment report.
-
-    Returns:
-        The exit status, 0.
-    """
+    """Print the environment report; the exit status, 0."""
     print(report())
     return 0
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +20,11 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-__all__ = ["unwrap_model", "save_checkpoint", "load_checkpoint"]
+from vit_tutorial.files import write_atomically
 
-_KEYS = (
-    "model",
-    "config",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "epoch",
-    "history",
-    "extra",
-    "rng",
-    "sha256",
-)
+__all__ = ["unwrap_model", "save_checkpoint", "read_checkpoint", "load_checkpoint"]
+
+_KEYS = "model config optimizer scheduler scaler epoch history extra rng sha256".split()
 _EXPECTED = "a checkpoint written by vit_tutorial's save_checkpoint"
 _PAIRS = ("image_size", "patch_size")  # config fields where 4 means (4, 4)
 
@@ -100,7 +89,7 @@ def save_checkpoint(
         },
     }
     state["sha256"] = _sha256(state)
-    _write_atomically(Path(path), state)
+    write_atomically(path, lambda f: torch.save(state, f))
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -149,18 +138,6 @@ def _feed(digest: Any, value: Any) -> None:
         digest.update(f"{type(value).__name__} {value!r}\0".encode())
 
 
-def _write_atomically(path: Path, state: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def load_checkpoint(
     path: str | Path,
     model: nn.Module,
@@ -183,7 +160,7 @@ def load_checkpoint(
     Returns:
         The checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
     """
-    state = _read(Path(path))
+    state = read_checkpoint(path)
     _check_config(path, state["config"], _model_config(model))
     unwrap_model(model).load_state_dict(state["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
@@ -196,8 +173,16 @@ def load_checkpoint(
     return state
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, once its layout and its SHA-256 are checked."""
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` as a dictionary, once its layout and SHA-256 are checked.
+
+    :func:`load_checkpoint` reads it this way; read it yourself to build the model from its
+    ``config`` first (as :func:`~vit_tutorial.finetune.load_pretrained` does).
+
+    Raises:
+        ValueError: as :func:`load_checkpoint`.
+    """
+    path = Path(path)
     if path.is_file() and path.stat().st_size == 0:
         raise ValueError(f"{path} is empty, not {_EXPECTED}")
     try:

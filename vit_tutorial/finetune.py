@@ -9,12 +9,12 @@ The steps, each a function:
 3. :func:`replace_head` puts a zero-initialised head for the new classes, as the ViT
    paper does when fine-tuning (Dosovitskiy et al. 2021, Section 3.2), and
    :func:`freeze_for_linear_probe` optionally leaves only that head to train;
-4. :func:`image_folder_datasets` reads a folder with one sub-folder per class;
-5. :func:`finetune` trains with :func:`~vit_tutorial.engine.fit` and the settings of
-   :data:`FINETUNE_DEFAULTS`.
+4. :func:`finetune` trains with :func:`~vit_tutorial.engine.fit` and the settings of
+   :data:`FINETUNE`, on the images of :func:`~vit_tutorial.data.image_folder_datasets`
+   (a folder with one sub-folder per class).
 
-The command line ``python -m vit_tutorial.train --finetune SOURCE --image-folder DIR``
-(:mod:`vit_tutorial.train`) runs these steps in this order.
+The command line ``python -m vit_tutorial.cli finetune SOURCE --image-folder DIR``
+(:mod:`vit_tutorial.cli`) runs these steps in this order.
 """
 
 from __future__ import annotations
@@ -25,30 +25,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Dataset, Subset
 
-from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
-from vit_tutorial.checks import check_bool, check_int, check_real
-from vit_tutorial.data import DataSplits, make_loader, stratified_indices
-from vit_tutorial.engine import Device, evaluate, fit
+from vit_tutorial.checkpoint import read_checkpoint
+from vit_tutorial.data import DataSplits
+from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
 from vit_tutorial.interop import from_timm, from_torchvision
 from vit_tutorial.patches import pair
 from vit_tutorial.positional import resize_pos_embed
-from vit_tutorial.recipes import TrainResult
+from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "FinetuneSettings",
-    "FINETUNE_DEFAULTS",
+    "FINETUNE",
+    "LINEAR_PROBE",
+    "FINETUNE_BATCH_SIZE",
     "load_pretrained",
     "set_image_size",
     "replace_head",
     "freeze_for_linear_probe",
-    "image_folder_datasets",
     "finetune",
 ]
 
@@ -61,47 +58,14 @@ SOURCES = (
     "'timm:vit_small_patch16_224') or the path of a checkpoint written by "
     "vit_tutorial.checkpoint.save_checkpoint"
 )
-CROP_SCALE = (0.5, 1.0)
-"""Area range of the random training crops, a fraction of the image.
-
-The crops of ImageNet training from scratch reach down to 8 % (``(0.08, 1.0)``,
-torchvision's and timm's default); a pre-trained model fine-tuned on a few images per class
-is better served by crops that keep most of the object. This is a choice, not a measured
-optimum.
-"""
-CROP_FRACTION = 0.875
-"""Evaluation: resize the shorter side to ``image_size / 0.875``, then crop the centre."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneSettings:
-    """The hyperparameters of a fine-tuning run, in one place.
-
-    Starting points for AdamW on a pre-trained ViT, not tuned on any dataset: a small peak
-    learning rate, so that the pre-trained features move little, and a larger one for a
-    linear probe, where only a zero-initialised head learns.
-
-    Attributes:
-        epochs: passes over the training images.
-        lr: peak learning rate of full fine-tuning.
-        linear_probe_lr: peak learning rate when only the head trains.
-        batch_size: images per batch and per process.
-        weight_decay: AdamW weight decay of the weight matrices.
-        warmup_epochs: linear warm-up length.
-        label_smoothing: label smoothing of the cross-entropy.
-    """
-
-    epochs: int = 10
-    lr: float = 1e-4
-    linear_probe_lr: float = 1e-3
-    batch_size: int = 32
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1
-    label_smoothing: float = 0.1
-
-
-#: The defaults of :func:`finetune` and of ``python -m vit_tutorial.train --finetune``.
-FINETUNE_DEFAULTS = FinetuneSettings()
+#: The defaults of :func:`finetune` and of ``python -m vit_tutorial.cli finetune``: starting
+#: points for AdamW on a pre-trained ViT, not tuned on any dataset. A small peak learning
+#: rate, so that the pre-trained features move little.
+FINETUNE = FitSettings(epochs=10, lr=1e-4, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
+#: A linear probe's: a larger rate, since only a zero-initialised head learns.
+LINEAR_PROBE = dataclasses.replace(FINETUNE, lr=1e-3)
+#: Images per batch and per process of the command line's fine-tuning.
+FINETUNE_BATCH_SIZE = 32
 
 
 def load_pretrained(
@@ -119,7 +83,7 @@ def load_pretrained(
       ``pretrained_cfg`` (0.5 and 0.5 for timm's augreg ViTs, ImageNet's for others);
     * the path of a checkpoint of a :class:`~vit_tutorial.vit.VisionTransformer` written by
       :func:`~vit_tutorial.checkpoint.save_checkpoint`, read with
-      :func:`~vit_tutorial.checkpoint.load_checkpoint` (``weights_only=True``, SHA-256
+      :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256
       checked); mean and std from its ``extra["mean"]`` and ``extra["std"]``, as
       :func:`finetune` saves them, else ImageNet's.
 
@@ -184,15 +148,9 @@ def _timm_model(name: str, pretrained: bool) -> tuple[VisionTransformer, Any, An
 
 
 def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:
-    """The model of a checkpoint: its config read first (memory-mapped), then its weights."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:  # garbage fails in many ways
-        raise ValueError(
-            f"{path} is not a checkpoint written by vit_tutorial.checkpoint.save_checkpoint: "
-            f"torch.load(weights_only=True) fails ({type(error).__name__}: {error})"
-        ) from error
-    config = state.get("config") if isinstance(state, dict) else None
+    """The model of a checkpoint, built from its config, then given its weights."""
+    state = read_checkpoint(path)  # read once: weights_only, layout and SHA-256 checked
+    config = state["config"]
     try:
         config = ViTConfig(**config) if isinstance(config, dict) else None
     except TypeError:  # another model's config (AxialViT's, say)
@@ -203,7 +161,8 @@ def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:
             "VisionTransformer written by vit_tutorial.checkpoint.save_checkpoint"
         )
     model = VisionTransformer(config)
-    extra = load_checkpoint(path, model, restore_rng=False)["extra"]
+    model.load_state_dict(state["model"])
+    extra = state["extra"]
     mean, std = extra.get("mean", IMAGENET_MEAN), extra.get("std", IMAGENET_STD)
     return model, tuple(mean), tuple(std)
 
@@ -304,149 +263,14 @@ def freeze_for_linear_probe(model: VisionTransformer) -> list[str]:
     return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
-def _image_transforms(
-    image_size: int, mean: tuple[float, ...], std: tuple[float, ...], augment: bool
-) -> tuple[Any, Any]:
-    """``(train, eval)`` ``transforms.v2`` pipelines from a PIL image to a normalised tensor."""
-    if len(mean) != 3 or len(std) != 3:
-        raise ValueError(f"mean and std need 3 values (R, G, B), got mean={mean} and std={std}")
-    from torchvision.transforms import v2
-
-    resize = int(image_size / CROP_FRACTION)  # 224 -> 256
-    centre = [v2.Resize(resize, antialias=True), v2.CenterCrop(image_size)]
-    crop = v2.RandomResizedCrop(image_size, scale=CROP_SCALE, antialias=True)
-    augmented = [crop, v2.RandomHorizontalFlip()]
-    to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
-    train = v2.Compose([*(augmented if augment else centre), *to_tensor])
-    return train, v2.Compose([*centre, *to_tensor])
-
-
-def _image_folder(path: str | os.PathLike, what: str, transform: Any) -> Any:
-    """``torchvision.datasets.ImageFolder`` of ``path``, with ValueError for what cannot train."""
-    from torchvision.datasets import ImageFolder
-
-    path = Path(path)
-    if not path.is_dir():
-        raise ValueError(f"{what} {path} is not a folder; expected one sub-folder per class")
-    classes = sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
-    if len(classes) < 2:
-        raise ValueError(
-            f"{what} {path} holds the class folders {classes}: a classifier needs at least "
-            "2 (one sub-folder of images per class)"
-        )
-    try:
-        return ImageFolder(path, transform=transform)  # its loader converts images to RGB
-    except FileNotFoundError as error:  # a class folder without images
-        raise ValueError(f"{what} {path}: {error}") from error
-
-
-def _train_and_held_out(
-    train_dir: str | os.PathLike,
-    val_dir: str | os.PathLike | None,
-    transforms: tuple[Any, Any],
-    val_fraction: float,
-    seed: int,
-) -> tuple[Dataset, Dataset, list[str]]:
-    """The training and held-out datasets (``val_dir``'s, or split off), and the classes."""
-    train_tf, eval_tf = transforms
-    train = _image_folder(train_dir, "train_dir", train_tf)
-    if val_dir is None:
-        train_idx, held_out_idx = _split(train, val_fraction, seed)
-        held_out = _image_folder(train_dir, "train_dir", eval_tf)  # the same files, in order
-        return Subset(train, train_idx), Subset(held_out, held_out_idx), list(train.classes)
-    held_out = _image_folder(val_dir, "val_dir", eval_tf)
-    if held_out.classes != train.classes:
-        raise ValueError(
-            f"val_dir {val_dir} has classes {held_out.classes}, train_dir {train_dir} has "
-            f"{train.classes}: the class folders must be the same"
-        )
-    return train, held_out, list(train.classes)
-
-
-def _split(folder: Any, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """``(train, held-out)`` indices: a seeded split with each class in proportion."""
-    labels = torch.tensor(folder.targets)
-    size = round(val_fraction * len(labels))
-    if not 0 < size < len(labels):
-        raise ValueError(
-            f"val_fraction={val_fraction} of {len(labels)} images holds out {size}: "
-            "need at least one image on each side"
-        )
-    held_out = stratified_indices(labels, size, seed=seed)
-    keep = torch.ones(len(labels), dtype=torch.bool)
-    keep[held_out] = False
-    return keep.nonzero().squeeze(1).tolist(), held_out.tolist()
-
-
-def image_folder_datasets(
-    train_dir: str | os.PathLike,
-    *,
-    val_dir: str | os.PathLike | None = None,
-    image_size: int,
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
-    batch_size: int = 32,
-    val_fraction: float = 0.2,
-    seed: int = 0,
-    num_workers: int = 0,
-    augment: bool = True,
-) -> DataSplits:
-    """Your own images, one sub-folder per class, as :class:`~vit_tutorial.data.DataSplits`.
-
-    Read by ``torchvision.datasets.ImageFolder`` (as RGB). Training images: a random crop
-    (:data:`CROP_SCALE` of the area) resized to ``image_size``, a random flip; held-out
-    ones (and all with ``augment=False``): resized to ``image_size / 0.875``, centre-cropped;
-    then scaled to 0-1 and normalised. The held-out images (``val_dir``'s, or
-    ``val_fraction`` of each class) are the ``test`` split, on which :func:`finetune` validates.
-
-    Args:
-        train_dir: the training images, ``train_dir/<class>/<image>``.
-        val_dir: held-out images with the same class folders, or ``None``.
-        image_size: side of the square images the model sees.
-        mean: per-channel mean of the normalisation the model's weights expect.
-        std: per-channel standard deviation of that normalisation.
-        batch_size: training batch size per process (held-out batches too).
-        val_fraction: share of each class held out when there is no ``val_dir``.
-        seed: seed of the held-out split and of the training loader's shuffling.
-        num_workers: loader worker processes.
-        augment: random crops and flips of the training images.
-
-    Raises:
-        ValueError: a folder is missing, has fewer than 2 class folders or an empty one,
-            or other classes than the other; ``val_fraction`` is not in (0, 1) or leaves a
-            side empty; ``mean`` or ``std`` has not 3 values.
-        TypeError: ``image_size``, ``batch_size`` or ``num_workers`` is not an int.
-    """
-    check_int("image_size", image_size), check_int("batch_size", batch_size)
-    check_int("num_workers", num_workers, minimum=0), check_bool("augment", augment)
-    check_real("val_fraction", val_fraction, 0.0, 1.0, low_open=True, high_open=True)
-    pipelines = _image_transforms(image_size, tuple(mean), tuple(std), augment)
-    train, held_out, classes = _train_and_held_out(
-        train_dir, val_dir, pipelines, val_fraction, seed
-    )
-    return DataSplits(
-        train=train,
-        test=held_out,
-        train_loader=make_loader(
-            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers
-        ),
-        test_loader=make_loader(held_out, batch_size, shuffle=False, num_workers=num_workers),
-        image_size=image_size,
-        in_channels=3,
-        num_classes=len(classes),
-        classes=classes,
-        mean=tuple(mean),
-        std=tuple(std),
-    )
-
-
 def finetune(
     model: VisionTransformer,
     data: DataSplits,
+    settings: FitSettings | None = None,
     *,
+    new_head: bool = True,
     linear_probe: bool = False,
-    epochs: int | None = None,
-    lr: float | None = None,
+    validate: bool = True,
     checkpoint_path: str | Path | None = None,
     device: Device = "auto",
     amp: str | None = "auto",
@@ -454,52 +278,45 @@ def finetune(
 ) -> TrainResult:
     """Fine-tune ``model`` on ``data`` with :func:`~vit_tutorial.engine.fit`, then score it.
 
-    The head is replaced (:func:`replace_head`) for ``data.num_classes``; with
-    ``linear_probe`` only the head trains (:func:`freeze_for_linear_probe`). The
-    hyperparameters are :data:`FINETUNE_DEFAULTS`'s, ``epochs`` and ``lr`` overriding them
-    when not ``None`` (the default ``lr`` of a linear probe is ``linear_probe_lr``).
-    ``data.test_loader`` (the held-out images of :func:`image_folder_datasets`) is evaluated
-    after every epoch and at the end. The checkpoint, as :func:`~vit_tutorial.engine.fit`
-    writes it every epoch and resumes it, is rewritten at the end with ``data.mean``,
-    ``data.std`` and ``data.classes`` in its ``extra``, so that :func:`load_pretrained`
-    reads it back with its normalisation; that last copy keeps no optimiser state, which a
-    finished run does not need.
+    Args:
+        model: a :class:`~vit_tutorial.vit.VisionTransformer`, trained in place.
+        data: its training images and the held-out ones (``data.test_loader``, scored at
+            the end; :func:`~vit_tutorial.data.image_folder_datasets` gives them).
+        settings: how to fit; by default :data:`FINETUNE`, or :data:`LINEAR_PROBE` with
+            ``linear_probe``.
+        new_head: first give the model a zero-initialised head for ``data.num_classes``
+            (:func:`replace_head`); ``False`` keeps the head it has.
+        linear_probe: train only the head (:func:`freeze_for_linear_probe`).
+        validate: score ``data.val_loader`` (or ``data.test_loader``) after every epoch.
+        checkpoint_path: :func:`~vit_tutorial.engine.fit`'s; the checkpoint also carries
+            ``data.mean``, ``data.std`` and ``data.classes``, so that :func:`load_pretrained`
+            reads it back with its normalisation.
+        device, amp, progress: :func:`~vit_tutorial.engine.fit`'s.
 
     Raises:
         TypeError: ``model`` is not a :class:`~vit_tutorial.vit.VisionTransformer`.
-        ValueError: ``data``'s images have another number of channels than the model takes,
-            or a hyperparameter is out of range (named).
+        ValueError: ``data``'s images have another number of channels than the model takes.
     """
     channels = _check_model(model).config.in_channels
     if data.in_channels != channels:
         raise ValueError(f"the model takes {channels} channels, the data has {data.in_channels}")
-    replace_head(model, data.num_classes)
+    if check_bool("new_head", new_head):
+        replace_head(model, data.num_classes)
     if check_bool("linear_probe", linear_probe):
         freeze_for_linear_probe(model)
-    s = FINETUNE_DEFAULTS
+    if settings is None:
+        settings = LINEAR_PROBE if linear_probe else FINETUNE
+    held_out = data.val_loader or data.test_loader
     history = fit(
         model,
         data.train_loader,
-        data.val_loader or data.test_loader,
-        epochs=epochs if epochs is not None else s.epochs,
-        lr=lr if lr is not None else (s.linear_probe_lr if linear_probe else s.lr),
-        weight_decay=s.weight_decay,
-        warmup_epochs=s.warmup_epochs,
-        label_smoothing=s.label_smoothing,
+        held_out if check_bool("validate", validate) else None,
+        settings,
         device=device,
         amp=amp,
         progress=progress,
         checkpoint_path=checkpoint_path,
+        extra={"mean": data.mean, "std": data.std, "classes": data.classes},
     )
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    if checkpoint_path is not None and rank == 0:
-        _add_normalisation(Path(checkpoint_path), model, data)
     return TrainResult(model, history, accuracy, sum(history["time"]))
-
-
-def _add_normalisation(path: Path, model: VisionTransformer, data: DataSplits) -> None:
-    """Rewrite the checkpoint at ``path`` with the data's mean, std and classes in ``extra``."""
-    state = load_checkpoint(path, model, restore_rng=False)
-    extra = {**state["extra"], "mean": data.mean, "std": data.std, "classes": data.classes}
-    save_checkpoint(path, model, epoch=state["epoch"], history=state["history"], extra=extra)

@@ -13,6 +13,10 @@ He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3:
    patch normalised by its own pixel mean and standard deviation (``norm_pix_loss``,
    Section 3 "Reconstruction target", Table 1d).
 
+The model only knows how to compute its loss, not how it is trained: pre-training is
+:func:`~vit_tutorial.engine.fit` with ``loss=``:func:`~vit_tutorial.losses.mae_loss` and
+MAE's AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1).
+
 The encoder here has no class token and is pooled by its mean for classification, which
 the paper reports works as well as a class token (Appendix A.1); it is the encoder of a
 :class:`~vit_tutorial.vit.VisionTransformer` with ``pool='mean'``, and :meth:`to_vit`
@@ -35,27 +39,19 @@ Example:
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.checks import check_bool, check_int, check_real
 from vit_tutorial.encoder import Encoder
-from vit_tutorial.engine import Device, param_groups, resolve_device, warmup_cosine
+from vit_tutorial.losses import masked_patch_loss
 from vit_tutorial.patches import PatchEmbedding, image_to_patches, patches_to_image
 from vit_tutorial.positional import sinusoidal_2d
+from vit_tutorial.validate import check_bool, check_int, check_real
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
-__all__ = [
-    "MAEOutput",
-    "MaskedAutoencoder",
-    "masked_patch_loss",
-    "normalized_patches",
-    "pretrain",
-    "random_masking",
-]
+__all__ = ["MAEOutput", "MaskedAutoencoder", "normalized_patches", "random_masking"]
 
 
 class MAEOutput(NamedTuple):
@@ -120,22 +116,6 @@ def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Te
     mean = patches.mean(dim=-1, keepdim=True)
     var = patches.var(dim=-1, keepdim=True)
     return (patches - mean) / (var + eps).sqrt()
-
-
-def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """The mean over hidden patches of the per-patch mean squared error.
-
-    ``pred`` and ``target`` are ``(B, N, L)``; ``mask`` is ``(B, N)`` with 1.0 on hidden
-    patches. Visible patches do not count (the paper's Section 3: computing the loss on
-    visible patches too costs about 0.5% accuracy).
-    """
-    if pred.shape != target.shape or pred.shape[:2] != mask.shape:
-        raise ValueError(
-            f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must be equal "
-            f"(B, N, L) tensors and mask {tuple(mask.shape)} their (B, N)"
-        )
-    per_patch = (pred - target).pow(2).mean(dim=-1)  # (B, N)
-    return (per_patch * mask).sum() / mask.sum()
 
 
 def _describe(value: Any) -> str:
@@ -342,73 +322,3 @@ def _check_same_encoder(pretrained: ViTConfig, target: ViTConfig) -> None:
         raise ValueError(
             f"to_vit keeps the pre-trained architecture; these fields changed: {changed}"
         )
-
-
-def pretrain(
-    model: MaskedAutoencoder,
-    loader: torch.utils.data.DataLoader,
-    *,
-    epochs: int,
-    lr: float,
-    weight_decay: float = 0.05,
-    warmup_epochs: float = 0,
-    device: Device = "auto",
-    amp: bool = True,
-    progress: bool = True,
-) -> dict[str, list[float]]:
-    """Pre-train ``model`` on ``loader``'s images, ignoring any labels; the per-epoch history.
-
-    The optimiser is MAE's (Appendix A.1, Table 8): AdamW with betas (0.9, 0.95), weight
-    decay on the weight matrices only, linear warm-up then cosine decay per step.
-
-    Args:
-        loader: batches of images ``(B, C, H, W)``, or of ``(images, labels)`` pairs
-            whose labels are never read; its sampler's ``set_epoch`` runs every epoch.
-        epochs: passes over ``loader``.
-        lr: the peak learning rate.
-        weight_decay: AdamW's.
-        warmup_epochs: length of the linear warm-up (fractions allowed).
-        device: ``'auto'`` (the GPU if there is one), ``'cpu'``, ``'cuda'``...
-        amp: bf16 autocast on a GPU that supports it (never on the CPU).
-        progress: print a line per epoch.
-
-    Returns:
-        ``{'epoch', 'loss', 'lr', 'time'}``: per epoch, the mean training loss, the last
-        learning rate and the seconds spent.
-    """
-    check_int("epochs", epochs), check_real("lr", lr, 0.0, low_open=True)
-    check_real("weight_decay", weight_decay, 0.0), check_real("warmup_epochs", warmup_epochs, 0.0)
-    device = resolve_device(device)
-    model.to(device).train()
-    optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
-    total = epochs * len(loader)
-    schedule = warmup_cosine(optimizer, min(round(warmup_epochs * len(loader)), total - 1), total)
-    bf16 = bool(amp) and device.type == "cuda" and torch.cuda.is_bf16_supported()
-    history: dict[str, list[float]] = {"epoch": [], "loss": [], "lr": [], "time": []}
-    for epoch in range(epochs):
-        if hasattr(loader.sampler, "set_epoch"):
-            loader.sampler.set_epoch(epoch)
-        tic = time.perf_counter()
-        loss = _pretrain_epoch(model, loader, optimizer, schedule, device, bf16)
-        history["epoch"].append(epoch + 1)
-        history["loss"].append(loss)
-        history["lr"].append(optimizer.param_groups[0]["lr"])
-        history["time"].append(time.perf_counter() - tic)
-        if progress:
-            print(f"epoch {epoch + 1}/{epochs}: loss {loss:.4f}", flush=True)
-    return history
-
-
-def _pretrain_epoch(model, loader, optimizer, schedule, device, bf16: bool) -> float:
-    """One pass over ``loader``; the mean loss."""
-    losses = []
-    for batch in loader:
-        images = (batch[0] if isinstance(batch, (tuple, list)) else batch).to(device)
-        with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-            loss = model(images).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.detach())
-    return torch.stack(losses).mean().item()

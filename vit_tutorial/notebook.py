@@ -25,12 +25,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from importlib import metadata, resources
 from pathlib import Path, PurePosixPath
+
+from vit_tutorial.files import write_atomically
 
 __all__ = [
     "REPOSITORY_URL",
@@ -215,24 +216,17 @@ def _relative_path(path: str | os.PathLike[str]) -> PurePosixPath:
 
 def _download(url: str, target: Path) -> None:
     """Write the file at ``url`` to ``target`` atomically (a partial download never shows)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with urllib.request.urlopen(url, timeout=60) as response:
-        expected = response.headers.get("Content-Length")
-        partial = tempfile.NamedTemporaryFile(
-            dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
-        )
-        try:
-            with partial:
-                shutil.copyfileobj(response, partial)
-                size = partial.tell()
-            if expected is not None and size != int(expected):  # the connection broke
+
+    def copy(file) -> None:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            expected = response.headers.get("Content-Length")
+            shutil.copyfileobj(response, file)
+            if expected is not None and file.tell() != int(expected):  # the connection broke
                 raise urllib.error.ContentTooShortError(
-                    f"{url}: got {size} of {expected} bytes", None
+                    f"{url}: got {file.tell()} of {expected} bytes", None
                 )
-            os.replace(partial.name, target)
-        except BaseException:
-            Path(partial.name).unlink(missing_ok=True)
-            raise
+
+    write_atomically(target, copy)
 
 
 def repository_file(path: str | os.PathLike[str]) -> Path:
@@ -271,14 +265,8 @@ def repository_file(path: str | os.PathLike[str]) -> Path:
     url = f"{raw_url()}/{urllib.parse.quote(commit)}/{urllib.parse.quote(str(relative))}"
     try:
         _download(url, cached)
-    except urllib.error.HTTPError as error:
-        if error.code == 404:
-            raise FileNotFoundError(
-                f"repository_file: no file {str(relative)!r} at commit {commit} ({url})"
-            ) from error
-        raise
-    except urllib.error.URLError as error:
-        if isinstance(error.reason, FileNotFoundError):  # a file:// address
+    except urllib.error.URLError as error:  # HTTPError is one; a file:// address gives another
+        if getattr(error, "code", None) == 404 or isinstance(error.reason, FileNotFoundError):
             raise FileNotFoundError(
                 f"repository_file: no file {str(relative)!r} at commit {commit} ({url})"
             ) from error

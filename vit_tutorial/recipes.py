@@ -1,81 +1,69 @@
-"""Training recipes (chapter 6): a dataset, a model and its hyperparameters, by name.
+"""Training recipes (chapter 6): a dataset, a model and how to fit it, by name.
 
 :data:`RECIPES` holds the presets; :func:`train_recipe` builds the data and the model of
 one, trains it with :func:`~vit_tutorial.engine.fit` and measures its test accuracy. The
-command line ``python -m vit_tutorial.train`` (:mod:`vit_tutorial.train`) is a thin layer
-over :func:`train_recipe`.
+command line ``python -m vit_tutorial.cli train`` (:mod:`vit_tutorial.cli`) is a thin
+layer over :func:`train_recipe`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch import nn
 
 from vit_tutorial.data import DataSplits, cifar10_datasets, digits_datasets, fashion_mnist_datasets
-from vit_tutorial.engine import Device, evaluate, fit
+from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
+from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = ["Recipe", "RECIPES", "TrainResult", "train_recipe"]
+__all__ = ["Recipe", "RECIPES", "DEFAULT_PRESET", "recipe_datasets", "train_recipe"]
+
+DATASETS = ("digits", "fashion-mnist", "cifar10")
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A dataset, a model and the hyperparameters of :func:`~vit_tutorial.engine.fit`.
+    """A dataset, a model, a batch size, and how to fit it.
 
     Attributes:
         dataset: ``'digits'``, ``'fashion-mnist'`` or ``'cifar10'``.
         model: :class:`~vit_tutorial.vit.ViTConfig` fields; ``image_size``, ``in_channels``
             and ``num_classes`` come from the dataset.
-        epochs: passes over the training set.
         batch_size: per process.
-        lr: peak learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_epochs: linear warm-up length.
-        label_smoothing: label smoothing.
-        grad_clip: global gradient-norm clip, or ``None``.
-
-    Raises:
-        ValueError: ``epochs`` or ``batch_size`` is not an integer >= 1, or ``lr`` is not a
-            finite number > 0 (the other fields are checked by :func:`~vit_tutorial.engine.fit`).
+        fit: the :class:`~vit_tutorial.engine.FitSettings` (epochs, learning rate, ...).
     """
 
     dataset: str
     model: dict
-    epochs: int
     batch_size: int
-    lr: float
-    weight_decay: float = 0.05
-    warmup_epochs: float = 5
-    label_smoothing: float = 0.1
-    grad_clip: float | None = None
+    fit: FitSettings
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
-        if (
-            isinstance(self.lr, bool)
-            or not isinstance(self.lr, numbers.Real)
-            or not (0 < self.lr < math.inf)
-        ):
-            raise ValueError(f"lr must be a finite number > 0, got lr={self.lr!r}")
-
-    def fit_options(self) -> dict[str, Any]:
-        """The keywords of :func:`~vit_tutorial.engine.fit` that the recipe fixes."""
-        names = ("epochs", "lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip")
-        return {name: getattr(self, name) for name in names}
+        if self.dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid: {DATASETS}")
+        check_int("batch_size", self.batch_size)
+        if not isinstance(self.fit, FitSettings):
+            raise TypeError(f"fit must be a FitSettings, got {type(self.fit).__name__}")
 
 
-# What every preset's model shares: an MLP of width 2·D and average pooling (no class token).
-_SMALL_VIT = dict(mlp_ratio=2.0, pool="mean")
-_DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, **_SMALL_VIT)
+def _vit(patch_size: int, dim: int, depth: int, num_heads: int, stem: str = "patch") -> dict:
+    """A preset's model: an MLP of width 2·D and average pooling (no class token)."""
+    return dict(
+        patch_size=patch_size, dim=dim, depth=depth, num_heads=num_heads, stem=stem,
+        mlp_ratio=2.0, pool="mean",
+    )  # fmt: skip
+
+
+def _fit(epochs: int, lr: float, warmup_epochs: float = 0, **options) -> FitSettings:
+    """A preset's fit: DeiT's weight decay (0.05) and label smoothing (0.1)."""
+    return FitSettings(
+        epochs, lr, weight_decay=0.05, warmup_epochs=warmup_epochs, label_smoothing=0.1, **options
+    )
+
+
+_DIGITS_VIT = _vit(1, 64, 4, 4)
 
 #: The presets. ``digits`` (the default for ``--dataset digits``) is the hybrid ViT of the
 #: target: a convolutional stem, patch size 1 on the 8×8 digits, 4 blocks of width 64.
@@ -86,48 +74,21 @@ _DIGITS_VIT = dict(patch_size=1, dim=64, depth=4, num_heads=4, **_SMALL_VIT)
 #: augmentation: in 13 epochs crops and flips cost more than they give (chapter 8);
 #: ``fashion-mnist-tiny`` a smoke test.
 RECIPES: dict[str, Recipe] = {
-    "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, epochs=20, batch_size=64, lr=2e-3),
+    "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, 64, _fit(20, 2e-3, 5)),
     "digits-vit": Recipe(
-        "digits",
-        {**_DIGITS_VIT, "patch_size": 4, "stem": "patch"},
-        epochs=40,
-        batch_size=64,
-        lr=2e-3,
+        "digits", {**_DIGITS_VIT, "patch_size": 4, "stem": "patch"}, 64, _fit(40, 2e-3, 5)
     ),
-    "digits-tiny": Recipe(
-        "digits",
-        dict(patch_size=4, dim=16, depth=1, num_heads=2, **_SMALL_VIT),
-        epochs=2,
-        batch_size=64,
-        lr=3e-3,
-        warmup_epochs=0,
-    ),
-    "fashion-mnist": Recipe(
-        "fashion-mnist",
-        dict(patch_size=4, dim=64, depth=4, num_heads=4, stem="conv", **_SMALL_VIT),
-        epochs=13,
-        batch_size=128,
-        lr=2e-3,
-        warmup_epochs=1,
-    ),
-    "fashion-mnist-tiny": Recipe(
-        "fashion-mnist",
-        dict(patch_size=7, dim=16, depth=1, num_heads=2, **_SMALL_VIT),
-        epochs=1,
-        batch_size=256,
-        lr=3e-3,
-        warmup_epochs=0,
-    ),
+    "digits-tiny": Recipe("digits", _vit(4, 16, 1, 2), 64, _fit(2, 3e-3)),
+    "fashion-mnist": Recipe("fashion-mnist", _vit(4, 64, 4, 4, "conv"), 128, _fit(13, 2e-3, 1)),
+    "fashion-mnist-tiny": Recipe("fashion-mnist", _vit(7, 16, 1, 2), 256, _fit(1, 3e-3)),
     "cifar10": Recipe(
         "cifar10",
-        dict(patch_size=4, dim=192, depth=6, num_heads=3, stem="conv", drop_path=0.1, **_SMALL_VIT),
-        epochs=50,
-        batch_size=256,
-        lr=1e-3,
-        warmup_epochs=5,
-        grad_clip=1.0,
+        {**_vit(4, 192, 6, 3, "conv"), "drop_path": 0.1},
+        256,
+        _fit(50, 1e-3, 5, grad_clip=1.0),
     ),
 }
+#: The preset ``--dataset`` picks when ``--preset`` is not given.
 DEFAULT_PRESET = {"digits": "digits", "fashion-mnist": "fashion-mnist", "cifar10": "cifar10"}
 
 
@@ -137,34 +98,13 @@ def recipe_datasets(
     """The data of ``recipe``: its dataset, its batch size, the loader shuffled by ``seed``.
 
     ``data_root`` is where CIFAR-10 is (or is downloaded to), and where Fashion-MNIST's
-    files are put (default: :func:`~vit_tutorial.data.data_root`).
+    files are looked for (default: :func:`~vit_tutorial.data.data_root`).
     """
     if recipe.dataset == "digits":
         return digits_datasets(seed=seed, batch_size=recipe.batch_size)
     if recipe.dataset == "fashion-mnist":
         return fashion_mnist_datasets(data_root, seed=seed, batch_size=recipe.batch_size)
-    if recipe.dataset == "cifar10":
-        return cifar10_datasets(data_root or "data", seed=seed, batch_size=recipe.batch_size)
-    raise ValueError(
-        f"unknown dataset {recipe.dataset!r}; valid: 'digits', 'fashion-mnist', 'cifar10'"
-    )
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """What :func:`train_recipe` returns.
-
-    Attributes:
-        model: the trained model (unwrapped from DDP).
-        history: per-epoch history from :func:`~vit_tutorial.engine.fit`.
-        test_accuracy: final accuracy on the test split (a fraction).
-        train_seconds: seconds spent in training steps (per-epoch evaluation excluded).
-    """
-
-    model: nn.Module
-    history: dict
-    test_accuracy: float
-    train_seconds: float
+    return cifar10_datasets(data_root or "data", seed=seed, batch_size=recipe.batch_size)
 
 
 def train_recipe(
@@ -185,18 +125,20 @@ def train_recipe(
 
     The seed fixes the initial weights and the data order; the digits split is the same
     for every seed. ``epochs``, ``lr`` and ``batch_size``, when not ``None``, override the
-    preset's. ``device``, ``amp`` and ``compile`` are :func:`~vit_tutorial.engine.fit`'s.
+    preset's (and are checked there: 0 is refused, not ignored). ``device``, ``amp`` and
+    ``compile`` are :func:`~vit_tutorial.engine.fit`'s.
 
     Raises:
         ValueError: an unknown preset, or an override out of range (``epochs=0``, say).
     """
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
-    overrides = {"epochs": epochs, "lr": lr, "batch_size": batch_size}
-    recipe = dataclasses.replace(
-        RECIPES[preset],  # validated again: 0 is refused, not ignored
-        **{k: v for k, v in overrides.items() if v is not None},
-    )
+    recipe = RECIPES[preset]
+    overrides = {k: v for k, v in {"epochs": epochs, "lr": lr}.items() if v is not None}
+    if overrides:
+        recipe = dataclasses.replace(recipe, fit=dataclasses.replace(recipe.fit, **overrides))
+    if batch_size is not None:
+        recipe = dataclasses.replace(recipe, batch_size=batch_size)
     data = recipe_datasets(recipe, seed, data_root)
     torch.manual_seed(seed)  # the same initial weights on every rank
     model = VisionTransformer(
@@ -209,7 +151,7 @@ def train_recipe(
         model,
         data.train_loader,
         data.val_loader or data.test_loader,  # digits and CIFAR-10 have no validation split
-        **recipe.fit_options(),
+        recipe.fit,
         device=device,
         amp=amp,
         progress=progress,
