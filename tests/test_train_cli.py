@@ -1,25 +1,38 @@
-"""Tests for vit_tutorial/train.py: the command line, fine-tuning from it, and 2-process DDP on
-the CPU."""
+"""Tests for the command line: vit_tutorial/cli.py (``train``, ``finetune``, 2-process DDP on
+the CPU) and vit_tutorial/train.py, its older spelling without subcommands."""
 
 import os
 import subprocess
 import sys
 import textwrap
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
 
+from vit_tutorial import train
+from vit_tutorial.cli import main
 from vit_tutorial.finetune import load_pretrained
 from vit_tutorial.interop import max_abs_logit_difference
 from vit_tutorial.recipes import RECIPES
-from vit_tutorial.train import main
 from vit_tutorial.vit import VisionTransformer
 
 TINY = ["--preset", "digits-tiny", "--no-progress"]
+USAGE = "python -m vit_tutorial.cli {}: error: "  # the subcommand's usage errors
+LEGACY = "python -m vit_tutorial.train: error: "
 
 
-def test_main_trains_and_prints_the_test_accuracy(capsys):
-    result = main(TINY)
+def last_error_line(capsys, exit_info) -> str:
+    """The last line of stderr of a usage error: exit status 2, no traceback."""
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+def test_train_prints_the_test_accuracy(capsys):
+    result = main(["train", *TINY])
     out = capsys.readouterr().out
     assert f"test accuracy {100 * result.test_accuracy:.2f}%" in out and "training time" in out
     assert result.test_accuracy > 0.3  # 2 epochs of a tiny model: far above chance (0.1)
@@ -27,29 +40,25 @@ def test_main_trains_and_prints_the_test_accuracy(capsys):
     assert result.train_seconds == pytest.approx(sum(result.history["time"]))
 
 
-def test_fashion_mnist_from_the_command_line_validates_on_its_own_split(capsys):
-    argv = ["--dataset", "fashion-mnist", "--preset", "fashion-mnist-tiny", "--no-progress"]
-    result = main(argv)
+def test_fashion_mnist_validates_on_its_own_split(capsys):
+    argv = ["train", "--dataset", "fashion-mnist", "--preset", "fashion-mnist-tiny"]
+    result = main([*argv, "--no-progress"])
     assert "preset fashion-mnist-tiny" in capsys.readouterr().out
     assert result.test_accuracy > 0.3  # one epoch of a tiny model: far above chance (0.1)
     assert 0.3 < result.history["val_acc"][-1] < 1  # the 5,000 held-out training images
 
 
-def test_checkpoint_and_resume_from_the_command_line(tmp_path, capsys):
+def test_checkpoint_and_resume(tmp_path, capsys):
     path = tmp_path / "run.pt"
-    first = main([*TINY, "--checkpoint", str(path)])
+    first = main(["train", *TINY, "--checkpoint", str(path)])
     assert torch.load(path, weights_only=True)["epoch"] == 2
     with pytest.raises(SystemExit):
-        main([*TINY, "--checkpoint", str(path)])
+        main(["train", *TINY, "--checkpoint", str(path)])
     assert "exists: pass --resume" in capsys.readouterr().err
-    again = main([*TINY, "--checkpoint", str(path), "--resume"])  # finished: nothing to redo
+    again = main(["train", *TINY, "--checkpoint", str(path), "--resume"])  # nothing to redo
     assert again.history == first.history
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(
-            first.model.state_dict().values(), again.model.state_dict().values(), strict=True
-        )
-    )
+    for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize(
@@ -57,18 +66,7 @@ def test_checkpoint_and_resume_from_the_command_line(tmp_path, capsys):
     [
         (["--dataset", "cifar10", "--preset", "digits"], "preset 'digits' is for dataset 'digits'"),
         (["--resume"], "--resume needs --checkpoint PATH"),
-        (["--preset", "nope"], "invalid choice: 'nope'"),
-    ],
-)
-def test_bad_command_lines_exit_with_a_message(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
+        (["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
         (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
         (["--epochs", "-2"], "argument --epochs: must be an integer >= 1, got '-2'"),
         (["--epochs", "1.5"], "argument --epochs: must be an integer >= 1, got '1.5'"),
@@ -83,35 +81,64 @@ def test_bad_command_lines_exit_with_a_message(argv, message, capsys):
         (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a CUDA device, got --device cpu"),
     ],
 )
-def test_bad_values_are_one_line_usage_errors(argv, message, capsys):
+def test_bad_train_command_lines_are_one_line_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main([*TINY, *argv])
+        main(["train", *TINY, *argv])
+    assert last_error_line(capsys, exit_info).startswith(USAGE.format("train") + message)
+
+
+def test_a_subcommand_is_needed_and_help_lists_both(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    assert err.splitlines()[-1].startswith(f"python -m vit_tutorial.train: error: {message}")
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "finetune" in out
+
+
+@pytest.mark.parametrize(
+    "argv, unrecognized",
+    [
+        (["train", "--image-folder", "x"], "--image-folder x"),
+        (["finetune", "timm:x", "--image-folder", ".", "--preset=x"], "--preset=x"),
+    ],
+)
+def test_options_of_the_other_subcommand_are_unrecognized(argv, unrecognized, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    line = last_error_line(capsys, exit_info)
+    assert line == f"python -m vit_tutorial.cli: error: unrecognized arguments: {unrecognized}"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_a_gpu_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main([*TINY, "--device", "cuda"])
-    assert exit_info.value.code == 2
-    assert "--device cuda: CUDA is not available" in capsys.readouterr().err
+        main(["train", *TINY, "--device", "cuda"])
+    line = last_error_line(capsys, exit_info)
+    assert line.endswith("argument --device: CUDA is not available on this machine, got 'cuda'")
 
 
 def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
     path = tmp_path / "missing.pt"
     with pytest.raises(SystemExit) as exit_info:
-        main([*TINY, "--checkpoint", str(path), "--resume"])
-    assert exit_info.value.code == 2
-    assert f"--resume: {path} does not exist" in capsys.readouterr().err.splitlines()[-1]
+        main(["train", *TINY, "--checkpoint", str(path), "--resume"])
+    assert f"--resume: {path} does not exist" in last_error_line(capsys, exit_info)
     assert not path.exists()
 
 
-def test_module_runs_as_a_script():
+def test_the_console_script_is_the_cli():
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"] == {"vit-tutorial": "vit_tutorial.cli:command"}
+
+
+@pytest.mark.parametrize("module", ["vit_tutorial.cli", "vit_tutorial.train"])
+def test_modules_run_as_scripts(module):
+    argv = ["train", *TINY] if module == "vit_tutorial.cli" else TINY  # train: the old spelling
     out = subprocess.run(
-        [sys.executable, "-m", "vit_tutorial.train", *TINY, "--epochs", "1"],
+        [sys.executable, "-m", module, *argv, "--epochs", "1"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -126,26 +153,16 @@ def test_torchrun_two_processes_end_with_identical_weights(tmp_path):
         textwrap.dedent("""
         import os, sys
         import torch
-        from vit_tutorial.train import main
+        from vit_tutorial.cli import main
         result = main(sys.argv[2:])
-        torch.save(result.model.state_dict(), os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.pt"))
+        path = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.pt")
+        torch.save(result.model.state_dict(), path)
     """)
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(script),
-        str(tmp_path),
-        *TINY,
-        "--epochs",
-        "1",
-        "--checkpoint",
-        str(tmp_path / "ckpt.pt"),
-    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [str(script), str(tmp_path), "train", *TINY, "--epochs", "1"]
+    command += ["--checkpoint", str(tmp_path / "ckpt.pt")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
@@ -164,21 +181,11 @@ def test_torchrun_two_processes_end_with_identical_weights(tmp_path):
     assert len(lines) == 1 and "2 processes" in lines[0]  # only rank 0 prints
 
 
-# --- fine-tuning: --finetune SOURCE --image-folder DIR ----------------------------------------
+# --- finetune SOURCE --image-folder DIR -------------------------------------------------------
 
 # ViT-Ti/16's architecture with random weights (offline) at 32×32: 4 patches, a fast run.
-FINETUNE = [
-    "--finetune",
-    "timm:vit_tiny_patch16_224",
-    "--random-weights",
-    "--image-size",
-    "32",
-    "--epochs",
-    "1",
-    "--batch-size",
-    "4",
-    "--no-progress",
-]
+SMOKE = ["--random-weights", "--image-size", "32", "--epochs", "1", "--batch-size", "4"]
+FINETUNE = ["finetune", "timm:vit_tiny_patch16_224", *SMOKE, "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +220,7 @@ def test_finetune_a_checkpoint_with_a_linear_probe(photos, tmp_path, capsys):
     path = tmp_path / "ft.pt"
     main([*FINETUNE, "--image-folder", str(photos), "--checkpoint", str(path)])
     start = load_pretrained(path)[0].state_dict()
-    argv = ["--finetune", str(path), "--linear-probe", "--epochs", "1", "--no-progress"]
+    argv = ["finetune", str(path), "--linear-probe", "--epochs", "1", "--no-progress"]
     result = main([*argv, "--image-folder", str(photos), "--val-folder", str(photos)])
     assert f"finetune {path} (linear probe, seed 0): validation accuracy" in capsys.readouterr().out
     assert result.history["lr"] == [pytest.approx(1e-3)]  # the linear probe's default
@@ -224,44 +231,66 @@ def test_finetune_a_checkpoint_with_a_linear_probe(photos, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--finetune", "timm:x"], "--finetune needs --image-folder DIR"),
+        (["timm:x"], "the following arguments are required: --image-folder"),
         (
-            ["--finetune", "timm:x", "--dataset", "digits"],
-            "--finetune trains on --image-folder DIR; --dataset does not apply",
+            ["timm:x", "--image-folder", "MISSING"],
+            "argument --image-folder: MISSING is not a folder",
         ),
+        (["timm:x", "--image-folder", "PHOTOS", "--image-size", "0"], "argument --image-size: "),
+        (["nope", "--image-folder", "PHOTOS"], "nope: unknown source 'nope'"),
+        (["timm:vit_nope", "--image-folder", "PHOTOS"], "timm:vit_nope: unknown timm model"),
         (
-            ["--finetune", "timm:x", "--preset", "digits"],
-            "--finetune trains on --image-folder DIR; --preset does not apply",
-        ),
-        (["--image-folder", "PHOTOS"], "--image-folder needs --finetune SOURCE"),
-        (["--linear-probe"], "--linear-probe needs --finetune SOURCE"),
-        (["--random-weights"], "--random-weights needs --finetune SOURCE"),
-        (["--image-size", "32"], "--image-size needs --finetune SOURCE"),
-        (["--image-size", "0"], "argument --image-size: must be an integer >= 1, got '0'"),
-        (
-            ["--finetune", "timm:x", "--image-folder", "MISSING"],
-            "--image-folder MISSING is not a folder",
-        ),
-        (
-            ["--finetune", "nope", "--image-folder", "PHOTOS"],
-            "--finetune nope: unknown source 'nope': expected 'torchvision:NAME'",
-        ),
-        (
-            ["--finetune", "timm:vit_nope", "--image-folder", "PHOTOS"],
-            "--finetune timm:vit_nope: unknown timm model 'vit_nope'",
-        ),
-        (
-            [*FINETUNE, "--image-folder", "PHOTOS", "--image-size", "40"],
-            "--finetune timm:vit_tiny_patch16_224: image size (40, 40) is not divisible by patch size (16, 16)",
+            ["timm:vit_tiny_patch16_224", *SMOKE, "--image-size", "40", "--image-folder", "PHOTOS"],
+            "timm:vit_tiny_patch16_224: image size (40, 40) is not divisible by patch size",
         ),
     ],
 )
 def test_bad_finetune_command_lines_are_one_line_usage_errors(argv, message, photos, capsys):
     argv = [{"PHOTOS": str(photos), "MISSING": str(photos / "missing")}.get(a, a) for a in argv]
-    message = message.replace("MISSING", str(photos / "missing"))
     with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    assert err.splitlines()[-1].startswith(f"python -m vit_tutorial.train: error: {message}")
+        main(["finetune", *argv])
+    line = last_error_line(capsys, exit_info)
+    expected = USAGE.format("finetune") + message.replace("MISSING", str(photos / "missing"))
+    assert line.startswith(expected), line
+
+
+# --- python -m vit_tutorial.train: the older spelling, which the book uses -------------------
+
+
+def test_the_old_spelling_trains_a_preset(capsys):
+    result = train.main(TINY)
+    assert f"preset digits-tiny (seed 0): test accuracy {100 * result.test_accuracy:.2f}%" in (
+        capsys.readouterr().out
+    )
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [["--finetune", "timm:vit_tiny_patch16_224"], ["--finetune=timm:vit_tiny_patch16_224"]],
+)
+def test_the_old_spelling_finetunes(spelling, photos, capsys):
+    result = train.main([*SMOKE, "--no-progress", *spelling, "--image-folder", str(photos)])
+    assert (
+        "finetune timm:vit_tiny_patch16_224 (full, seed 0): validation" in capsys.readouterr().out
+    )
+    assert result.model.config.num_classes == 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
+        (["--image-folder", "PHOTOS"], "unrecognized arguments: --image-folder"),
+        (["--finetune", "timm:x"], "the following arguments are required: --image-folder"),
+        (
+            ["--finetune", "timm:x", "--image-folder", "PHOTOS", "--preset", "digits"],
+            "unrecognized arguments: --preset digits",
+        ),
+        (["--finetune", "nope", "--image-folder", "PHOTOS"], "nope: unknown source 'nope'"),
+    ],
+)
+def test_the_old_spelling_names_itself_in_usage_errors(argv, message, photos, capsys):
+    argv = [str(photos) if a == "PHOTOS" else a for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(argv)
+    assert last_error_line(capsys, exit_info).startswith(LEGACY + message)

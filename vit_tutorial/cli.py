@@ -1,0 +1,227 @@
+"""Command line: ``train`` a preset on digits, Fashion-MNIST or CIFAR-10, or ``finetune`` a
+pre-trained ViT on your images.
+
+.. code-block:: text
+
+    vit-tutorial train --dataset digits               # the digits target recipe
+    vit-tutorial train --preset digits-vit --epochs 10 --seed 1
+    vit-tutorial train --dataset cifar10 --checkpoint runs/c10.pt [--resume]  # Colab GPU
+    torchrun --nproc_per_node=4 -m vit_tutorial.cli train --dataset cifar10  # 4 GPUs, DDP
+    # your images, one sub-folder per class (photos/cat/1.jpg, ...); 20 % of each class
+    # held out unless --val-folder gives held-out images; online unless noted
+    vit-tutorial finetune torchvision:vit_b_16 --image-folder photos --checkpoint runs/p.pt
+    vit-tutorial finetune timm:vit_small_patch16_224 --linear-probe \\
+        --image-folder photos/train --val-folder photos/val     # train the head only
+    vit-tutorial finetune runs/p.pt --image-folder more_photos  # offline: a checkpoint
+    vit-tutorial finetune timm:vit_tiny_patch16_224 --random-weights --image-size 32 \\
+        --epochs 1 --image-folder photos                        # offline smoke test
+
+``vit-tutorial`` is ``python -m vit_tutorial.cli``; :mod:`vit_tutorial.train` takes the older
+spelling. Options are checked here, once (a bad one: exit status 2); the work is done by
+:func:`~vit_tutorial.recipes.train_recipe` and :mod:`vit_tutorial.finetune`. Under ``torchrun``
+each process joins a process group (gloo on CPUs, nccl on GPUs) and trains with DDP; the batch
+size is per process, and rank 0 alone prints and writes the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from vit_tutorial.data import image_folder_datasets
+from vit_tutorial.engine import TrainResult, resolve_device
+from vit_tutorial.finetune import (
+    FINETUNE,
+    FINETUNE_BATCH_SIZE,
+    LINEAR_PROBE,
+    finetune,
+    load_pretrained,
+    set_image_size,
+)
+from vit_tutorial.patches import pair
+from vit_tutorial.recipes import DEFAULT_PRESET, RECIPES, train_recipe
+
+__all__ = ["main", "command"]
+
+
+def _positive(kind: type) -> Callable[[str], int | float]:
+    """argparse type: an integer >= 1 (``kind`` int) or a finite number > 0 (float)."""
+    expected = "an integer >= 1" if kind is int else "a finite number > 0"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < math.inf:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _device(text: str) -> torch.device:
+    """argparse type of ``--device``: the device, resolved here once ('auto': a GPU if any)."""
+    try:
+        device = resolve_device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f"unknown device {text!r}; expected 'auto', 'cpu', 'cuda', 'cuda:N', ..."
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"CUDA is not available on this machine, got {text!r}")
+    return device
+
+
+def _folder(text: str) -> Path:
+    """argparse type of the image folders: checked before a model is downloaded."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return Path(text)
+
+
+def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
+    """``train`` and ``finetune``, with the options they share."""
+    shared = argparse.ArgumentParser(add_help=False)
+    add = shared.add_argument
+    add("--epochs", type=_positive(int), help="override the default number of epochs")
+    add("--lr", type=_positive(float), help="override the default peak learning rate")
+    add("--batch-size", type=_positive(int), help="override the per-process batch size")
+    add("--seed", type=int, default=0, help="seed of the weights and the data order")
+    add("--checkpoint", type=Path, help="save a checkpoint here every epoch")
+    add("--resume", action="store_true", help="continue from --checkpoint")
+    add("--device", type=_device, default="auto", help="'auto', 'cpu', 'cuda', 'cuda:N', ...")
+    add("--amp", default="auto", choices=["auto", "bf16", "fp16", "none"])
+    add("--no-progress", action="store_true", help="print nothing per epoch")
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = commands.add_parser(
+        "train", parents=[shared], prog=subcommand_prog, help="train a preset from scratch"
+    )
+    train.add_argument("--dataset", choices=sorted(DEFAULT_PRESET), help="default: digits")
+    train.add_argument("--preset", choices=sorted(RECIPES), help="default: the dataset's")
+    train.add_argument("--data-root", help="default: $VIT_TUTORIAL_DATA, ~/.cache/vit_tutorial")
+    train.set_defaults(run=_train, error=train.error)
+    tune = commands.add_parser(
+        "finetune",
+        parents=[shared],
+        prog=subcommand_prog,
+        help="fine-tune a pre-trained model on a folder of images",
+        description=f"defaults: epochs {FINETUNE.epochs}, lr {FINETUNE.lr:g} "
+        f"({LINEAR_PROBE.lr:g} with --linear-probe), batch size {FINETUNE_BATCH_SIZE}",
+    )
+    add = tune.add_argument
+    add("source", metavar="SOURCE", help="torchvision:NAME, timm:NAME or a checkpoint path")
+    add("--image-folder", type=_folder, required=True, metavar="DIR", help="DIR/CLASS/IMAGE")
+    add("--val-folder", type=_folder, metavar="DIR", help="default: 20%% of --image-folder")
+    add("--linear-probe", action="store_true", help="train only the new head")
+    add("--random-weights", action="store_true", help="no download: random weights")
+    add("--image-size", type=_positive(int), help="default: the model's own")
+    tune.set_defaults(run=_finetune, error=tune.error)
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    """A usage error (exit 2) for what the options cannot do together."""
+    if args.resume and args.checkpoint is None:
+        args.error("--resume needs --checkpoint PATH")
+    if args.resume and not args.checkpoint.exists():
+        args.error(f"--resume: {args.checkpoint} does not exist")
+    if args.checkpoint is not None and args.checkpoint.exists() and not args.resume:
+        args.error(f"{args.checkpoint} exists: pass --resume to continue it, or delete it")
+    if args.amp == "fp16" and args.device.type != "cuda":
+        args.error(f"--amp fp16 needs a CUDA device, got --device {args.device}")
+    args.amp = None if args.amp == "none" else args.amp
+    if args.command == "train":
+        args.preset = args.preset or DEFAULT_PRESET[args.dataset or "digits"]
+        if args.dataset is not None and RECIPES[args.preset].dataset != args.dataset:
+            dataset = RECIPES[args.preset].dataset
+            args.error(f"preset {args.preset!r} is for dataset {dataset!r}, not {args.dataset!r}")
+
+
+def _train(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str, str]:
+    """Train the preset; the result, the run and the split for the printed line."""
+    given = {name: getattr(args, name) for name in ("epochs", "lr", "batch_size", "data_root")}
+    result = train_recipe(args.preset, seed=args.seed, **given, **options)
+    return result, f"preset {args.preset} (seed {args.seed}", "test"
+
+
+def _finetune(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str, str]:
+    """Load SOURCE and the images, and fine-tune; a model or a folder that cannot be used is
+    a usage error, as a bad option is."""
+    torch.manual_seed(args.seed)  # --random-weights: the same weights on every rank
+    try:
+        model, mean, std = load_pretrained(args.source, pretrained=not args.random_weights)
+        height, width = pair(model.config.image_size)
+        if args.image_size is None and height != width:
+            raise ValueError(f"the model takes {height}×{width} images; pass --image-size N")
+        image_size = args.image_size or height
+        model = set_image_size(model, image_size)
+        if model.config.in_channels != 3:
+            raise ValueError(f"the model takes {model.config.in_channels} channels, not RGB")
+        data = image_folder_datasets(
+            args.image_folder,
+            val_dir=args.val_folder,
+            image_size=image_size,
+            mean=mean,
+            std=std,
+            batch_size=args.batch_size or FINETUNE_BATCH_SIZE,
+            seed=args.seed,
+        )
+    except (ValueError, ImportError) as error:
+        args.error(f"{args.source}: {error}")
+    settings = LINEAR_PROBE if args.linear_probe else FINETUNE
+    given = {"epochs": args.epochs, "lr": args.lr}
+    settings = dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
+    result = finetune(model, data, settings, linear_probe=args.linear_probe, **options)
+    mode = "linear probe" if args.linear_probe else "full"
+    return result, f"finetune {args.source} ({mode}, seed {args.seed}", "validation"
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResult:
+    """Parse the command line, train, print the accuracy on the held-out images and the
+    training time; return the result. ``prog`` (``python -m vit_tutorial.train``'s) names the
+    command and its subcommands in messages."""
+    default = "vit-tutorial" if Path(sys.argv[0]).name == "vit-tutorial" else None
+    parser = _parser(prog or default or "python -m vit_tutorial.cli", prog)
+    args = parser.parse_args(argv)
+    _check(args)
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    if distributed:
+        if args.device.type == "cuda":
+            torch.cuda.set_device(args.device)
+        dist.init_process_group("nccl" if args.device.type == "cuda" else "gloo")
+    try:
+        tic = time.perf_counter()
+        options = {"checkpoint_path": args.checkpoint, "device": args.device, "amp": args.amp}
+        result, run, split = args.run(args, {**options, "progress": not args.no_progress})
+        if not distributed or dist.get_rank() == 0:
+            world = f", {dist.get_world_size()} processes" if distributed else ""
+            print(
+                f"{run}{world}): {split} accuracy {100 * result.test_accuracy:.2f}% | "
+                f"training time {result.train_seconds:.1f} s "
+                f"(wall {time.perf_counter() - tic:.1f} s)",
+                flush=True,
+            )
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+    return result
+
+
+def command() -> None:
+    """The console script ``vit-tutorial``: :func:`main`, exit status 0 when it trains."""
+    main()
+
+
+if __name__ == "__main__":
+    main()
