@@ -1,4 +1,4 @@
-"""What every benchmark result file shares: provenance, per-seed summaries, atomic writing.
+"""What every benchmark result file shares: provenance, per-seed summaries, writing.
 
 A run that takes more than about a minute of CPU lives in a script of ``benchmarks/`` that
 writes a JSON result file into ``benchmarks/results/``; the book loads and plots that file.
@@ -9,6 +9,7 @@ made, so that a reader can rerun it and a reviewer can tell a stale file from a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -17,7 +18,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy
@@ -25,6 +25,7 @@ import sklearn
 import torch
 
 import vit_tutorial
+from vit_tutorial.files import write_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -72,6 +73,12 @@ def fit_device_options(args: argparse.Namespace) -> dict:
     """``device``, ``amp`` and ``compile`` for :func:`~vit_tutorial.engine.fit`."""
     amp = None if args.amp == "none" else args.amp
     return {"device": args.device, "amp": amp, "compile": args.compile}
+
+
+def recipe_record(recipe) -> dict:
+    """A :class:`~vit_tutorial.recipes.Recipe` as the result files hold it: one flat dict."""
+    fields = {"dataset": recipe.dataset, "model": recipe.model, "batch_size": recipe.batch_size}
+    return {**fields, **dataclasses.asdict(recipe.fit)}
 
 
 def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
@@ -180,19 +187,5 @@ def summarize_and_print(runs: list[dict]) -> tuple[dict, list[float]]:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
-    write_text(path, json.dumps(data, indent=1) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, renamed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` to ``path`` as JSON, atomically (``vit_tutorial.files``)."""
+    write_atomically(path, json.dumps(data, indent=1) + "\n")

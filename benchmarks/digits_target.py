@@ -9,8 +9,9 @@ The recipe is the CLI default, ``python -m vit_tutorial.train --dataset digits``
 ``digits`` in :data:`vit_tutorial.recipes.RECIPES`). "Training time" is the time spent in
 training steps as recorded by :func:`vit_tutorial.engine.fit`; the per-epoch evaluation
 is excluded and reported separately in the wall time. Torch keeps its default number of
-threads (``torch.get_num_threads()`` is printed) unless ``--threads`` says otherwise. On a busy machine times are inflated:
-compare them on an idle one. The script exits with status 1 when the target is missed.
+threads (``torch.get_num_threads()`` is printed) unless ``--threads`` says otherwise. On a
+busy machine times are inflated: compare them on an idle one. The script exits with status
+1 when the target is missed.
 
 It writes ``benchmarks/results/digits_target.json`` (``--out`` elsewhere): per seed the test
 accuracy, the number of wrong test images (of 360) and the training seconds, their mean and
@@ -24,7 +25,6 @@ Usage: ``.venv/bin/python benchmarks/digits_target.py [--seeds 0 1 2] [--preset 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -41,6 +41,7 @@ from _results import (
     arguments,
     fit_device_options,
     provenance,
+    recipe_record,
     setup,
     summarize_and_print,
     training_arguments,
@@ -112,9 +113,9 @@ def main() -> int:
     record.update(
         {
             "preset": args.preset,
-            "recipe": dataclasses.asdict(recipe),
+            "recipe": recipe_record(recipe),
             "training": fit_device_options(args),
-            "epochs": epochs or recipe.epochs,
+            "epochs": epochs or recipe.fit.epochs,
             "test_images": test_images,
             "svm_accuracy": svm_accuracy,
             "svm_wrong": round((1 - svm_accuracy) * test_images),

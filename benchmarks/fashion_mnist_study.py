@@ -1,28 +1,28 @@
 """Chapter 8's study: data scaling, the augmentation ablation and DeiT distillation.
 
-Three parts, every run under one budget rule (the same number of optimisation steps,
-``vit_tutorial.data_efficiency.STEPS``: 13 epochs of the 55,000 training images at batch
-128, whatever the model and training-set size; see that module):
+What runs is :mod:`vit_tutorial.experiments.ch08`. Three parts, every run under one budget
+rule (the same number of optimisation steps, ``ch08.STEPS``: 13 epochs of the 55,000
+training images at batch 128, whatever the model and training-set size):
 
 - ``scaling``: ``vit``, ``hybrid`` and ``resnet18`` at 1,000, 4,000, 15,000 and 55,000
   training images (class-balanced, nested), no augmentation;
 - ``ablation``: the hybrid on all 55,000 images with each row of
-  ``data_efficiency.AUGMENTATIONS``;
+  ``ch08.AUGMENTATIONS``;
 - ``distillation``: the plain and the hybrid ViT with DeiT's distillation token, taught by
   the ``resnet18`` of the scaling part trained on the same images with the same seed,
   against the same ViTs with a class token and no distillation.
 
 Each run is one line of a JSON-lines log (``--log``, default the result file with
 ``.jsonl``), written as it finishes: a run already in the log is not run again, so an
-interrupted study resumes; ``--summarize-only`` summarises a log without running. At the end the log is summarised (per configuration, the mean
-and per-seed spread of test accuracy) into ``benchmarks/results/fashion_mnist_study.json``
-with its provenance.
+interrupted study resumes; ``--summarize-only`` summarises a log without running. At the
+end the log is summarised (per configuration, the mean and per-seed spread of test
+accuracy) into ``benchmarks/results/fashion_mnist_study.json`` with its provenance.
 
 The full study is 96 runs of 5,590 steps: hours on a laptop CPU, minutes on a GPU with
 ``--jobs 8`` (parallel processes; CUDA runs in bf16 autocast). ``--quick`` runs every
-part with 300 training images and 20 steps (the ablation only with no augmentation and with
-all of it, the distillation only for the plain ViT), on the CPU, in seconds: it checks the code
-path only and writes only with ``--out``.
+part with 300 training images and 20 steps (the ablation only with no augmentation and
+with all of it, the distillation only for the plain ViT), on the CPU, in seconds: it
+checks the code path only and writes only with ``--out``.
 
 Usage: ``python benchmarks/fashion_mnist_study.py [--parts scaling ablation distillation]
 [--jobs 8] [--device cuda]``
@@ -43,8 +43,9 @@ from pathlib import Path
 
 import torch
 
-from vit_tutorial.data_efficiency import (
+from vit_tutorial.experiments.ch08 import (
     AUGMENTATIONS,
+    BATCH_SIZE,
     FULL_TRAIN_SIZE,
     MODELS,
     STEPS,
@@ -242,7 +243,7 @@ def main() -> int:
         "quick": args.quick,
         "provenance": {**provenance(args.seeds), "runs_on": runs_on, "log": str(log)},
         "missing_runs": missing,
-        "budget": {"steps": args.steps, "batch_size": 128},
+        "budget": {"steps": args.steps, "batch_size": BATCH_SIZE},
         "parts": args.parts,
         "sizes": args.sizes,
         "configurations": summarize(rows),

@@ -35,8 +35,8 @@ import time
 
 import torch
 
-from vit_tutorial.data_efficiency import resnet18_greyscale
 from vit_tutorial.engine import evaluate, fit
+from vit_tutorial.experiments.ch08 import resnet18_greyscale
 from vit_tutorial.recipes import RECIPES, Recipe, recipe_datasets
 from vit_tutorial.vit import VisionTransformer
 
@@ -45,6 +45,7 @@ from _results import (
     arguments,
     fit_device_options,
     provenance,
+    recipe_record,
     setup,
     summarize_and_print,
     training_arguments,
@@ -73,9 +74,7 @@ def train_one(recipe: Recipe, seed: int, quick: bool, options: dict, cnn: bool) 
             num_classes=data.num_classes,
             **recipe.model,
         )
-    history = fit(
-        model, data.train_loader, data.val_loader, **recipe.fit_options(), **options, progress=False
-    )
+    history = fit(model, data.train_loader, data.val_loader, recipe.fit, **options, progress=False)
     accuracy = evaluate(model, data.test_loader, options["device"])["accuracy"]
     return {
         "seed": seed,
@@ -121,7 +120,9 @@ def main() -> int:
     out = setup(args, DEFAULT_OUT)
     recipe = RECIPES[args.preset]
     if args.epochs is not None:
-        recipe = dataclasses.replace(recipe, epochs=args.epochs)
+        recipe = dataclasses.replace(
+            recipe, fit=dataclasses.replace(recipe.fit, epochs=args.epochs)
+        )
     print(f"preset {args.preset}{' (ResNet-18)' if args.cnn else ''}: {recipe}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     runs = []
@@ -141,7 +142,7 @@ def main() -> int:
         "provenance": provenance(args.seeds),
         "preset": args.preset,
         "model": "resnet18_greyscale" if args.cnn else "VisionTransformer",
-        "recipe": dataclasses.asdict(recipe),
+        "recipe": recipe_record(recipe),
         "training": fit_device_options(args),
         "test_images": 10000,
         "baseline": {"name": "RBF SVC, C=10 (quoted)", "accuracy": TARGET_ACCURACY},

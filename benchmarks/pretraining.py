@@ -6,11 +6,11 @@ per-seed standard deviations, as the mean of 3 seeds; pre-training plus fine-tun
 at most 20 minutes on the 2-core CPU in all. The script prints the target line and exits
 with status 1 when it is missed.
 
-Parts (``--parts``):
+What runs is :mod:`vit_tutorial.experiments.ch09`. Parts (``--parts``):
 
-- ``target``: pre-trains the MAE (:func:`vit_tutorial.transfer.pretrain_mae`, all 60,000
-  training images, labels unused) and the supervised encoder (the 5 coarse groups,
-  :func:`~vit_tutorial.transfer.pretrain_supervised`) once each, with seed 0, and saves
+- ``target``: pre-trains the MAE (:func:`vit_tutorial.experiments.ch09.pretrain_mae`, all
+  60,000 training images, labels unused) and the supervised encoder (the 5 coarse groups,
+  :func:`~vit_tutorial.experiments.ch09.pretrain_supervised`) once each, with seed 0, and saves
   their weights next to the result file (with their SHA-256 in it). Then, for seeds 0, 1
   and 2 (each draws its own 100 labelled images per class and its own data order):
   scratch, MAE and supervised fine-tuned, and both encoders as linear probes;
@@ -34,7 +34,6 @@ resolution]``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -43,7 +42,9 @@ from pathlib import Path
 
 import torch
 
-from vit_tutorial import transfer
+from vit_tutorial.experiments import ch09
+from vit_tutorial.files import sha256, write_atomically
+from vit_tutorial.finetune import finetune
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.vit import VisionTransformer
 
@@ -74,17 +75,9 @@ def weights_path(out: Path | None, name: str) -> Path:
     return folder / f"{stem}_{name}.pt"
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def save_weights(model: torch.nn.Module, path: Path) -> str:
     """Write the weights atomically; return their SHA-256."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)
-    return sha256(path)
+    return sha256(write_atomically(path, lambda f: torch.save(model.state_dict(), f)))
 
 
 def pretrain_encoders(args: argparse.Namespace, out: Path | None) -> dict:
@@ -92,8 +85,8 @@ def pretrain_encoders(args: argparse.Namespace, out: Path | None) -> dict:
     quick = QUICK if args.quick else {}
     info = {}
     for name, function, epochs in (
-        ("mae", transfer.pretrain_mae, MAE_EPOCHS),
-        ("supervised", transfer.pretrain_supervised, SUPERVISED_EPOCHS),
+        ("mae", ch09.pretrain_mae, MAE_EPOCHS),
+        ("supervised", ch09.pretrain_supervised, SUPERVISED_EPOCHS),
     ):
         tic = time.perf_counter()
         model, history = function(
@@ -107,7 +100,7 @@ def pretrain_encoders(args: argparse.Namespace, out: Path | None) -> dict:
         info[name] = {
             "epochs": quick.get("epochs", epochs),
             "seconds": round(seconds, 1),
-            "final_loss": round(history.get("loss", history.get("train_loss"))[-1], 4),
+            "final_loss": round(history["train_loss"][-1], 4),
             "weights": path.name,
             "sha256": save_weights(model, path) if out is not None else None,
         }
@@ -125,43 +118,45 @@ def load_encoders(out: Path, saved: dict) -> dict:
         if sha256(path) != entry["sha256"]:
             raise ValueError(f"{path} does not match the SHA-256 recorded in {out}")
         if name == "mae":
-            model = MaskedAutoencoder(**transfer.ENCODER, **transfer.DECODER)
+            model = MaskedAutoencoder(**ch09.ENCODER, **ch09.DECODER)
         else:
-            model = VisionTransformer(**transfer.ENCODER, pool="mean", num_classes=5)
+            model = VisionTransformer(**ch09.ENCODER, pool="mean", num_classes=5)
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         info[name] = {**entry, "model": model.eval()}
     return info
 
 
-def start(name: str, encoders: dict, seed: int) -> VisionTransformer:
-    """A fresh 10-class ViT: random (seeded), or one of the pre-trained encoders."""
-    torch.manual_seed(seed)
-    if name == "scratch":
-        return VisionTransformer(**transfer.ENCODER, pool="mean", num_classes=10)
-    if name == "mae":
-        return encoders["mae"]["model"].to_vit(10)
-    return transfer.new_head(encoders["supervised"]["model"], 10)
-
-
 def few_label_runs(per_class: int, args, encoders: dict) -> list[dict]:
     """Fine-tuning of the three starts and linear probes of the two encoders."""
     quick = QUICK if args.quick else {}
-    per_class_run = quick.get("per_class", per_class)
     rows = []
     for seed in args.seeds:
-        data = transfer.labelled_data(per_class_run, seed, eval_size=quick.get("eval_size"))
-        for name in transfer.STARTS:
-            model = start(name, encoders, seed)
+        data = ch09.labelled_data(
+            quick.get("per_class", per_class), seed, eval_size=quick.get("eval_size")
+        )
+        for name in ch09.STARTS:
+            model = ch09.start(name, seed, encoders)
             if name != "scratch":
-                probe = transfer.linear_probe(model, data)
-                rows.append(row("probe", name, per_class, seed, probe))
-            epochs = quick.get("epochs", transfer.budget(name, 10 * per_class))
-            result = transfer.finetune(model, data, epochs=epochs, device=args.device)
-            rows.append(row("finetune", name, per_class, seed, {**result, "epochs": epochs}))
+                rows.append(row("probe", name, per_class, seed, ch09.linear_probe(model, data)))
+            epochs = quick.get("epochs", ch09.budget(name, 10 * per_class))
+            rows.append(row("finetune", name, per_class, seed, tune(model, data, epochs, args)))
     return rows
 
 
-def row(mode: str, name: str, per_class: int, seed: int, result: dict) -> dict:
+def tune(model: VisionTransformer, data, epochs: int, args) -> dict:
+    """Fine-tune every weight for ``epochs`` (no validation); test accuracy, seconds."""
+    settings = ch09.finetune_settings(epochs)
+    result = finetune(
+        model, data, settings, new_head=False, validate=False, device=args.device, progress=False
+    )
+    return {
+        "test_accuracy": result.test_accuracy,
+        "train_seconds": result.train_seconds,
+        "epochs": epochs,
+    }
+
+
+def row(mode: str, name: str, per_class: int | str, seed: int, result: dict) -> dict:
     entry = {"mode": mode, "start": name, "per_class": per_class, "seed": seed, **result}
     print(
         f"{mode:>8} {name:>10} {per_class:>5}/class seed {seed}: "
@@ -174,31 +169,26 @@ def row(mode: str, name: str, per_class: int, seed: int, result: dict) -> dict:
 def digits_runs(args, encoders: dict) -> list[dict]:
     rows = []
     for seed in args.seeds:
-        data = transfer.digits_like_fashion_mnist(seed)
+        data = ch09.digits_like_fashion_mnist(seed)
         for name in ("scratch", "mae"):
-            epochs = QUICK["epochs"] if args.quick else transfer.budget(name, len(data.train))
-            result = transfer.finetune(start(name, encoders, seed), data, epochs=epochs)
-            rows.append(row("finetune", name, "digits", seed, {**result, "epochs": epochs}))
+            epochs = QUICK["epochs"] if args.quick else ch09.budget(name, len(data.train))
+            result = tune(ch09.start(name, seed, encoders), data, epochs, args)
+            rows.append(row("finetune", name, "digits", seed, result))
     return rows
 
 
 def resolution_runs(args, encoders: dict) -> list[dict]:
     quick = QUICK if args.quick else {}
-    epochs = quick.get("epochs", transfer.budget("mae", 10 * TARGET_PER_CLASS))
+    epochs = quick.get("epochs", ch09.budget("mae", 10 * TARGET_PER_CLASS))
     rows = []
     for seed in args.seeds:
-        data = transfer.labelled_data(
-            quick.get("per_class", TARGET_PER_CLASS),
-            seed,
-            image_size=RESOLUTION,
-            eval_size=quick.get("eval_size"),
-        )
+        per_class, eval_size = quick.get("per_class", TARGET_PER_CLASS), quick.get("eval_size")
+        data = ch09.labelled_data(per_class, seed, image_size=RESOLUTION, eval_size=eval_size)
         for table in ("interpolated", "fresh"):
-            model = transfer.at_resolution(
-                start("mae", encoders, seed), RESOLUTION, interpolate=table == "interpolated"
+            model = ch09.at_resolution(
+                ch09.start("mae", seed, encoders), RESOLUTION, interpolate=table == "interpolated"
             )
-            result = transfer.finetune(model, data, epochs=epochs, device=args.device)
-            result["epochs"] = epochs
+            result = tune(model, data, epochs, args)
             rows.append(row("finetune", f"mae-{table}", TARGET_PER_CLASS, seed, result))
     return rows
 
@@ -248,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     saved = json.loads(out.read_text()) if out is not None and out.exists() else {}
     tic = time.perf_counter()
     if "target" in args.parts or args.quick and not saved:
-        encoders = pretrain_encoders(args, out)
+        pretraining = pretrain_encoders(args, out)
     else:
-        encoders = load_encoders(out, saved)
+        pretraining = load_encoders(out, saved)
+    encoders = {name: entry.pop("model") for name, entry in pretraining.items()}
     result = {"benchmark": "pretraining", "quick": args.quick}
     parts = {}
     for part in args.parts:
@@ -264,9 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         }[part]()
         parts[part] = {"provenance": provenance(args.seeds), "runs": rows, "summary": summary(rows)}
         if part == "target":
-            pretraining = {
-                k: {x: y for x, y in v.items() if x != "model"} for k, v in encoders.items()
-            }
             parts[part]["pretraining"] = pretraining
             parts[part]["target"] = target(rows, pretraining)
     print(f"total wall time {time.perf_counter() - tic:.0f} s")

@@ -2,9 +2,9 @@
 
 Target (issue 15): on the CPU, every configuration takes at most 1.00× the time of the
 faster of torchvision and timm (vit_tutorial's median time over the median time of the other
-library with the smaller median; the per-round ratios give the spread). On a GPU the script runs the same work in bf16, with and without
-``torch.compile``, adds ViT-B/16 at batch 128, and reports the B/16 training step's model
-FLOP utilisation (MFU).
+library with the smaller median; the per-round ratios give the spread). On a GPU the
+script runs the same work in bf16, with and without ``torch.compile``, adds ViT-B/16 at
+batch 128, and reports the B/16 training step's model FLOP utilisation (MFU).
 
 Configurations (``--cases``):
 
@@ -48,13 +48,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from vit_tutorial.engine import fit
+from vit_tutorial.files import write_atomically
 from vit_tutorial.interop import from_torchvision, max_abs_logit_difference, ours_state_dict_to_timm
 from vit_tutorial.measure import interleaved_timings, model_flops_utilization, ratio_to_best
 from vit_tutorial.patches import ConvStem
 from vit_tutorial.recipes import RECIPES, recipe_datasets
 from vit_tutorial.vit import VisionTransformer, vit_flops
 
-from _results import RESULTS, provenance, write_json, write_text
+from _results import RESULTS, provenance, write_json
 
 #: Dense bf16 peak of the GPUs the project may be lent, in FLOP/s (NVIDIA's H100 and H200
 #: datasheets, SXM: 989.4 TFLOP/s without sparsity).
@@ -210,11 +211,11 @@ def training_fns(models, batch, image_size, device, amp, compile_):
 
 def epoch_fns(models, recipe_name, loader, device, amp, compile_):
     """``{library: fn}``, each one epoch of ``fit`` with the recipe's hyperparameters."""
-    options = {**RECIPES[recipe_name].fit_options(), "epochs": 1, "warmup_epochs": 0}
+    settings = dataclasses.replace(RECIPES[recipe_name].fit, epochs=1, warmup_epochs=0)
     return {
         name: (
             lambda m=model: fit(
-                m, loader, None, **options, device=device, amp=amp, compile=compile_, progress=False
+                m, loader, None, settings, device=device, amp=amp, compile=compile_, progress=False
             )
         )
         for name, model in models.items()
@@ -398,7 +399,8 @@ def main() -> int:
             + ", ".join(
                 f"{lib} {statistics.median(t) * 1e3:.1f} ms" for lib, t in record["seconds"].items()
             )
-            + f"; ratio to {q['best']} {q['ratio']:.3f} (rounds {q['round_min']:.3f}-{q['round_max']:.3f})",
+            + f"; ratio to {q['best']} {q['ratio']:.3f} "
+            f"(rounds {q['round_min']:.3f}-{q['round_max']:.3f})",
             flush=True,
         )
         records.append(record)
@@ -423,7 +425,7 @@ def main() -> int:
     out = args.out or (None if args.quick else RESULTS / f"speed_{mode}.json")
     if out is not None:
         write_json(out, result)
-        write_text(Path(out).with_suffix(".md"), markdown(result))
+        write_atomically(Path(out).with_suffix(".md"), markdown(result))
         print(f"wrote {out} and {Path(out).with_suffix('.md')}")
     return 0
 

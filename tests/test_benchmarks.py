@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from vit_tutorial.files import sha256
+
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = {"command", "git_commit", "git_dirty", "date", "seeds", "versions", "machine"}
 VERSIONS = {"python", "torch", "numpy", "sklearn", "vit_tutorial"}
@@ -72,7 +74,7 @@ def test_digits_ablation_quick(tmp_path):
     record = run_quick("digits_ablation.py", tmp_path / "ablation.json")
     assert record["benchmark"] == "digits_ablation" and record["quick"] is True
     check_provenance(record, "digits_ablation.py", [0])
-    assert record["schedule"]["epochs"] == 1
+    assert record["schedule"]["epochs"] == 1 and record["schedule"]["batch_size"] == 64
     assert [v["id"] for v in record["variants"]] == ["patch-4", "stem-conv-2"]
     for variant in record["variants"]:
         assert variant["config"] == {**record["base"], **variant["change"]}
@@ -183,8 +185,6 @@ FEW_LABEL_RUNS = {
 
 
 def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
-    import hashlib
-
     out = tmp_path / "pre.json"
     run = run_pretraining(out, "target")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -197,7 +197,7 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
     assert set(target["target"]) == {"margin", "needed", "mae_seconds", "met"}
     for name, entry in target["pretraining"].items():
         path = tmp_path / entry["weights"]
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+        assert sha256(path) == entry["sha256"], name
     # the other parts load the saved encoders and leave the target part as it was
     run = run_pretraining(out, "labels", "digits", "resolution")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -216,8 +216,6 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
 
 
 def test_committed_pretraining_results():
-    import hashlib
-
     results = ROOT / "benchmarks" / "results"
     record = json.loads((results / "pretraining.json").read_text())
     assert record["benchmark"] == "pretraining" and record["quick"] is False
@@ -231,7 +229,7 @@ def test_committed_pretraining_results():
     assert target["target"]["mae_seconds"] <= 20 * 60
     for name, entry in target["pretraining"].items():
         path = results / entry["weights"]
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+        assert sha256(path) == entry["sha256"], name
 
 
 # --- speed against torchvision and timm -----------------------------------------------------

@@ -63,14 +63,14 @@ CHAPTERS = (
     Chapter(
         "book/08_data_and_inductive_bias",
         "Data and inductive bias",
-        ("data_efficiency",),
+        ("experiments.ch08",),
         ("data", "vit"),
     ),
     Chapter(
         "book/09_pretraining",
         "Pre-training and fine-tuning",
-        ("mae", "transfer", "finetune"),
-        ("data", "patches", "positional", "vit", "interop"),
+        ("mae", "experiments.ch09", "finetune"),
+        ("data", "losses", "patches", "positional", "vit", "interop"),
     ),
 )
 EXERCISES = "exercises"  # the module every chapter's exercises import

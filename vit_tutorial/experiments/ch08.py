@@ -3,9 +3,10 @@ training-set sizes, with augmentation, regularisation and distillation.
 
 Every run follows one budget rule: the same number of optimisation steps (``steps``,
 batches of 128), whatever the model and the training-set size, so a smaller training
-set is seen for more epochs. All models train with the same optimiser, schedule and
-label smoothing (:func:`vit_tutorial.engine.fit`); none is tuned on the test set, which is
-evaluated once, at the end.
+set is seen for more epochs (:func:`~vit_tutorial.experiments.epochs_for`). All models
+train with the same settings, :data:`FIT` (its epochs and warm-up scaled to the run's
+budget: :attr:`RunSpec.settings`); none is tuned on the test set, which is evaluated once,
+at the end.
 
 The models (:func:`build_model`):
 
@@ -19,8 +20,8 @@ The augmentations (:data:`AUGMENTATIONS`) all come from ``torchvision.transforms
 
 Example:
     >>> spec = RunSpec("hybrid", train_size=1000, seed=0, steps=50)
-    >>> epochs_for(spec.train_size, spec.steps, 128)
-    7
+    >>> spec.epochs, spec.settings.epochs
+    (7, 7)
 """
 
 from __future__ import annotations
@@ -35,20 +36,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import fashion_mnist_datasets
-from vit_tutorial.engine import Device, evaluate, fit
+from vit_tutorial.engine import Device, FitSettings, evaluate, fit
+from vit_tutorial.experiments import epochs_for
+from vit_tutorial.losses import HardDistillation
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "AUGMENTATIONS",
+    "BATCH_SIZE",
+    "FIT",
     "FULL_TRAIN_SIZE",
     "MODELS",
-    "RunSpec",
     "STEPS",
     "VIT_MODEL",
     "Augmentation",
+    "RunSpec",
     "build_model",
-    "epochs_for",
     "load_teacher",
     "resnet18_greyscale",
     "run",
@@ -61,10 +66,14 @@ BATCH_SIZE = 128
 STEPS = 13 * math.ceil(FULL_TRAIN_SIZE / BATCH_SIZE)
 #: The transformer of ``'vit'`` and ``'hybrid'``.
 VIT_MODEL = dict(patch_size=4, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
-#: The optimiser settings shared by every model.
-FIT_OPTIONS = dict(lr=2e-3, weight_decay=0.05, label_smoothing=0.1)
+#: The settings of every model, as the full training set's run has them: 13 epochs, one
+#: of warm-up (a thirteenth of the steps, whatever the size: :attr:`RunSpec.settings`).
+FIT = FitSettings(epochs=13, lr=2e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
 WARMUP_FRACTION = 13  # warm up for 1/13 of the steps: one epoch of the full set
 MODELS = ("vit", "hybrid", "resnet18")
+_NOT_A_VIT = (
+    "pool, distilled and drop_path apply to the ViTs, not to 'resnet18' (it has no class token)"
+)
 
 
 def resnet18_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
@@ -86,33 +95,29 @@ def resnet18_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module
 
 
 def build_model(
-    name: str,
-    *,
-    image_size: int = 28,
-    in_channels: int = 1,
-    num_classes: int = 10,
-    pool: str = "mean",
-    drop_path: float = 0.0,
-    distilled: bool = False,
+    name: str, *, pool: str = "mean", drop_path: float = 0.0, distilled: bool = False
 ) -> nn.Module:
-    """A fresh model of :data:`MODELS`. For the ViTs: ``pool`` (``'mean'`` or ``'cls'``),
-    ``distilled`` (DeiT's distillation token; needs ``pool='cls'``) and ``drop_path``
-    (stochastic depth)."""
+    """A fresh model of :data:`MODELS` for 28×28 grey images and 10 classes. For the ViTs:
+    ``pool`` (``'mean'`` or ``'cls'``), ``distilled`` (DeiT's distillation token; needs
+    ``pool='cls'``) and ``drop_path`` (stochastic depth)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+    if name == "resnet18" and (distilled or drop_path or pool != "mean"):
+        raise ValueError(_NOT_A_VIT)
+    return _build(name, pool, drop_path, distilled)
+
+
+def _build(name: str, pool: str, drop_path: float, distilled: bool) -> nn.Module:
     if name == "resnet18":
-        if distilled or drop_path or pool != "mean":
-            raise ValueError("pool, distilled and drop_path apply to the ViTs, not to 'resnet18'")
-        return resnet18_greyscale(in_channels, num_classes)
-    config = {**VIT_MODEL, "pool": pool}
+        return resnet18_greyscale()
     return VisionTransformer(
-        image_size=image_size,
-        in_channels=in_channels,
-        num_classes=num_classes,
+        image_size=28,
+        in_channels=1,
+        num_classes=10,
         stem="conv" if name == "hybrid" else "patch",
         drop_path=drop_path,
         distilled=distilled,
-        **config,
+        **{**VIT_MODEL, "pool": pool},
     )
 
 
@@ -176,14 +181,6 @@ def _mix(num_classes: int):
     )
 
 
-def epochs_for(train_size: int, steps: int, batch_size: int = BATCH_SIZE) -> int:
-    """Epochs of ``train_size`` images that give at least ``steps`` optimisation steps."""
-    for name, value in (("train_size", train_size), ("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
-    return math.ceil(steps / math.ceil(train_size / batch_size))
-
-
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One training run: a model, a training-set size, a seed, a step budget, an
@@ -207,11 +204,12 @@ class RunSpec:
                 f"unknown augmentation {self.augmentation!r}; expected one of "
                 f"{sorted(AUGMENTATIONS)}"
             )
-        epochs_for(self.train_size, self.steps)  # validates both
+        epochs_for(self.train_size, self.steps)  # checks both
         if self.pool not in ("mean", "cls"):
             raise ValueError(f"pool must be 'mean' or 'cls', got {self.pool!r}")
-        if self.model == "resnet18" and (self.distilled or self.pool != "mean"):
-            raise ValueError("'resnet18' (the teacher) has no class token to pool or distil")
+        drop_path = AUGMENTATIONS[self.augmentation].drop_path
+        if self.model == "resnet18" and (self.distilled or drop_path or self.pool != "mean"):
+            raise ValueError(_NOT_A_VIT)
         if self.distilled and self.pool != "cls":
             raise ValueError("a distilled run pools the class token: pass pool='cls'")
 
@@ -228,6 +226,18 @@ class RunSpec:
         """The run that trains this run's teacher."""
         return RunSpec("resnet18", self.train_size, self.seed, self.steps)
 
+    @property
+    def epochs(self) -> int:
+        """The epochs of the budget rule."""
+        return epochs_for(self.train_size, self.steps, BATCH_SIZE)
+
+    @property
+    def settings(self) -> FitSettings:
+        """:data:`FIT` for this run: its epochs, and a warm-up of a thirteenth of its steps."""
+        steps_per_epoch = math.ceil(self.train_size / BATCH_SIZE)
+        warmup = self.steps / WARMUP_FRACTION / steps_per_epoch
+        return dataclasses.replace(FIT, epochs=self.epochs, warmup_epochs=warmup)
+
 
 def run(
     spec: RunSpec,
@@ -243,10 +253,12 @@ def run(
 
     Args:
         data_root: where Fashion-MNIST is (:func:`~vit_tutorial.data.fashion_mnist_datasets`).
-        teacher: the trained classifier a distilled run learns from.
+        teacher: the trained classifier a distilled run learns from
+            (:class:`~vit_tutorial.losses.HardDistillation`).
         device, amp: :func:`~vit_tutorial.engine.fit`'s.
         num_workers: data-loader worker processes.
-        save_to: save the trained weights here (a teacher for later runs).
+        save_to: save the trained weights here, a checkpoint (a teacher for later runs:
+            :func:`load_teacher`).
 
     Returns:
         ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``...
@@ -254,46 +266,7 @@ def run(
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     augmentation = AUGMENTATIONS[spec.augmentation]
-    data = _datasets(spec, augmentation, data_root, num_workers)
-    torch.manual_seed(spec.seed)
-    model = build_model(
-        spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
-    )
-    epochs = epochs_for(spec.train_size, spec.steps)
-    steps_per_epoch = len(data.train_loader)
-    history = fit(
-        model,
-        data.train_loader,
-        None,
-        epochs=epochs,
-        **FIT_OPTIONS,
-        warmup_epochs=spec.steps / WARMUP_FRACTION / steps_per_epoch,
-        device=device,
-        amp=amp,
-        progress=False,
-        teacher=teacher,
-    )
-    tic = time.perf_counter()
-    result = {
-        **dataclasses.asdict(spec),
-        "key": spec.key,
-        "epochs": epochs,
-        "optimizer_steps": epochs * steps_per_epoch,
-        "test_accuracy": evaluate(model, data.test_loader, device, amp)["accuracy"],
-        "val_accuracy": evaluate(model, data.val_loader, device, amp)["accuracy"],
-        "train_seconds": round(sum(history["time"]), 2),
-        "final_train_loss": round(history["train_loss"][-1], 4),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    result["eval_seconds"] = round(time.perf_counter() - tic, 2)
-    if save_to is not None:
-        _save_weights(model, Path(save_to))
-    return result
-
-
-def _datasets(spec: RunSpec, augmentation: Augmentation, data_root, num_workers: int):
-    """Fashion-MNIST as ``spec`` and its augmentation row ask."""
-    return fashion_mnist_datasets(
+    data = fashion_mnist_datasets(
         data_root,
         train_size=spec.train_size,
         seed=spec.seed,
@@ -302,18 +275,34 @@ def _datasets(spec: RunSpec, augmentation: Augmentation, data_root, num_workers:
         train_transform=augmentation.image() if augmentation.image else None,
         batch_transform=_mix(10) if augmentation.batch else None,
     )
-
-
-def _save_weights(model: nn.Module, path: Path) -> None:
-    """The model's weights on the CPU, written atomically: a half-written teacher is never
-    read."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp)
-    tmp.replace(path)
+    torch.manual_seed(spec.seed)
+    model = _build(spec.model, spec.pool, augmentation.drop_path, spec.distilled)
+    settings = spec.settings
+    loss = HardDistillation(teacher, settings.label_smoothing) if spec.distilled else None
+    history = fit(
+        model, data.train_loader, None, settings, loss=loss, device=device, amp=amp, progress=False
+    )
+    tic = time.perf_counter()
+    result = {
+        **dataclasses.asdict(spec),
+        "key": spec.key,
+        "epochs": settings.epochs,
+        "optimizer_steps": settings.epochs * len(data.train_loader),
+        "test_accuracy": evaluate(model, data.test_loader, device, amp)["accuracy"],
+        "val_accuracy": evaluate(model, data.val_loader, device, amp)["accuracy"],
+        "train_seconds": round(sum(history["time"]), 2),
+        "final_train_loss": round(history["train_loss"][-1], 4),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    result["eval_seconds"] = round(time.perf_counter() - tic, 2)
+    if save_to is not None:
+        save_checkpoint(save_to, model)
+    return result
 
 
 def load_teacher(path: str | Path, device: Device = "cpu") -> nn.Module:
-    """The ``'resnet18'`` whose weights :func:`run` saved at ``path``."""
+    """The ``'resnet18'`` whose weights :func:`run` saved at ``path``, in evaluation mode;
+    the checkpoint's SHA-256 is checked (:func:`~vit_tutorial.checkpoint.load_checkpoint`)."""
     model = resnet18_greyscale()
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    load_checkpoint(path, model, restore_rng=False)
     return model.to(device).eval()

@@ -1,7 +1,7 @@
 """Chapter 9's experiments: pre-train on Fashion-MNIST, then fine-tune with few labels.
 
-Three starting points for the same ViT (chapter 8's plain ViT: 4×4-pixel patches, a 7×7
-grid, 4 blocks of width 64, mean pooling):
+Three starting points (:data:`STARTS`, :func:`start`) for the same ViT (chapter 8's plain
+ViT: 4×4-pixel patches, a 7×7 grid, 4 blocks of width 64, mean pooling):
 
 - ``'scratch'``: random weights;
 - ``'mae'``: the encoder of a :class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on
@@ -12,10 +12,10 @@ grid, 4 blocks of width 64, mean pooling):
   the hard distinctions inside "tops" (T-shirt, pullover, coat, shirt) or "footwear".
 
 Each is then trained on ``per_class`` labelled images per class (:func:`labelled_data`),
-either whole (:func:`finetune`) or as a linear probe on frozen features
-(:func:`linear_probe`). Validation images (the fixed 5,000 of
-:func:`~vit_tutorial.data.fashion_mnist_datasets`) choose the probe's regularisation; the
-test set is scored once per run.
+either whole (:func:`vit_tutorial.finetune.finetune` with :func:`finetune_settings`, for the
+epochs of :func:`budget`) or as a linear probe on frozen features (:func:`linear_probe`).
+Validation images (the fixed 5,000 of :func:`~vit_tutorial.data.fashion_mnist_datasets`)
+choose the probe's regularisation; the test set is scored once per run.
 
 Example:
     >>> [COARSE_NAMES[g] for g in COARSE_GROUPS]  # Fashion-MNIST's classes 0..9
@@ -33,21 +33,21 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from vit_tutorial.checks import check_int
 from vit_tutorial.data import (
     FASHION_MNIST_MEAN,
     FASHION_MNIST_STD,
     DataSplits,
-    ImageTensors,
     digits_datasets,
     fashion_mnist_datasets,
     make_loader,
     stratified_indices,
 )
-from vit_tutorial.data_efficiency import epochs_for
-from vit_tutorial.engine import Device, evaluate, fit, predict
+from vit_tutorial.engine import Device, FitSettings, fit, predict
+from vit_tutorial.experiments import epochs_for
 from vit_tutorial.finetune import replace_head, set_image_size
-from vit_tutorial.mae import MaskedAutoencoder, pretrain
+from vit_tutorial.losses import mae_loss
+from vit_tutorial.mae import MaskedAutoencoder
+from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -56,16 +56,16 @@ __all__ = [
     "DECODER",
     "ENCODER",
     "STARTS",
-    "finetune",
-    "labelled_data",
-    "linear_probe",
-    "new_head",
-    "pretrain_mae",
-    "pretrain_supervised",
     "at_resolution",
     "budget",
     "digits_like_fashion_mnist",
     "features",
+    "finetune_settings",
+    "labelled_data",
+    "linear_probe",
+    "pretrain_mae",
+    "pretrain_supervised",
+    "start",
 ]
 
 #: The ViT every run fine-tunes (chapter 8's ``'vit'``), for 28×28 grey images.
@@ -78,8 +78,6 @@ DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
 COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
 COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
 STARTS = ("scratch", "mae", "supervised")
-#: Fine-tuning settings shared by every start (``fit``'s); warm-up is a tenth of the run.
-FINETUNE = dict(lr=1e-3, weight_decay=0.05, label_smoothing=0.1)
 #: Optimiser steps (batches of 64) for a pre-trained start, and for the ViT from scratch.
 #: The scratch ViT gets over 3 times more: with 480 steps its accuracy still depends on
 #: the seed by several points (56.7 to 68.6% with 100 labels per class), so a comparison
@@ -95,6 +93,12 @@ def budget(start: str, train_size: int, batch_size: int = 64) -> int:
     return epochs_for(train_size, steps, batch_size)
 
 
+def finetune_settings(epochs: int) -> FitSettings:
+    """How every start is fine-tuned for ``epochs``: AdamW at 10^-3, weight decay 0.05,
+    label smoothing 0.1, a warm-up of a tenth of the run."""
+    return FitSettings(epochs, 1e-3, 0.05, warmup_epochs=epochs / 10, label_smoothing=0.1)
+
+
 def pretrain_mae(
     *,
     epochs: int,
@@ -107,36 +111,22 @@ def pretrain_mae(
     progress: bool = False,
 ) -> tuple[MaskedAutoencoder, dict[str, list]]:
     """A :class:`~vit_tutorial.mae.MaskedAutoencoder` trained on all 60,000 training
-    images (or a class-balanced ``images`` of them), labels unused; ``(model, history)``."""
+    images (or a class-balanced ``images`` of them), labels unused; ``(model, history)``.
+
+    The optimiser is MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW with betas
+    (0.9, 0.95), weight decay 0.05, warm-up then cosine decay
+    (:func:`~vit_tutorial.engine.fit` with :func:`~vit_tutorial.losses.mae_loss`).
+    """
     data = fashion_mnist_datasets(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
     )
     torch.manual_seed(seed)
     model = MaskedAutoencoder(**ENCODER, **DECODER)
-    history = pretrain(
-        model,
-        data.train_loader,
-        epochs=epochs,
-        lr=lr,
-        warmup_epochs=min(1, epochs / 10),
-        device=device,
-        progress=progress,
+    settings = FitSettings(epochs, lr, warmup_epochs=min(1, epochs / 10), betas=(0.9, 0.95))
+    history = fit(
+        model, data.train_loader, None, settings, loss=mae_loss, device=device, progress=progress
     )
     return model.cpu().eval(), history
-
-
-class _Relabelled(torch.utils.data.Dataset):
-    """A dataset whose labels are mapped through ``table`` (class -> coarse group)."""
-
-    def __init__(self, dataset: ImageTensors, table: tuple[int, ...]) -> None:
-        self.dataset, self.table = dataset, torch.tensor(table)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        image, label = self.dataset[index]
-        return image, self.table[label]
 
 
 def pretrain_supervised(
@@ -153,30 +143,28 @@ def pretrain_supervised(
     """The ViT trained on all 60,000 training images (or a class-balanced ``images`` of
     them) to tell the 5 coarse groups of :data:`COARSE_GROUPS` apart; ``(model, history)``."""
     data = fashion_mnist_datasets(data_root, train_size=images, val_size=0, seed=seed)
-    coarse = _Relabelled(data.train, COARSE_GROUPS)
+    coarse = copy.copy(data.train)  # the same images, their coarse groups as labels
+    coarse.labels = torch.tensor(COARSE_GROUPS)[data.train.labels]
     torch.manual_seed(seed)
     model = VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
     loader = make_loader(coarse, batch_size, shuffle=True, seed=seed)
-    history = fit(
-        model,
-        loader,
-        None,
-        epochs=epochs,
-        lr=lr,
-        weight_decay=0.05,
-        warmup_epochs=min(1, epochs / 10),
-        label_smoothing=0.1,
-        device=device,
-        progress=progress,
-    )
+    settings = FitSettings(epochs, lr, warmup_epochs=min(1, epochs / 10), label_smoothing=0.1)
+    history = fit(model, loader, None, settings, device=device, progress=progress)
     return model.cpu().eval(), history
 
 
-def new_head(model: VisionTransformer, num_classes: int = 10) -> VisionTransformer:
-    """A copy of ``model`` with a fresh zero-initialised ``num_classes``-way head
-    (:func:`~vit_tutorial.finetune.replace_head`); every other weight is kept, the pooled
-    feature's LayerNorm too."""
-    return replace_head(copy.deepcopy(model), num_classes)
+def start(name: str, seed: int, encoders: dict[str, nn.Module]) -> VisionTransformer:
+    """A 10-class ViT for the start ``name`` of :data:`STARTS`, to fine-tune: random
+    weights drawn with ``seed``; ``encoders['mae'].to_vit(10)``; or a copy of
+    ``encoders['supervised']`` with a fresh zero head
+    (:func:`~vit_tutorial.finetune.replace_head`), every other weight kept, the pooled
+    feature's LayerNorm too. The encoders themselves are left as they are."""
+    torch.manual_seed(seed)
+    if name == "scratch":
+        return VisionTransformer(**ENCODER, pool="mean", num_classes=10)
+    if name == "mae":
+        return encoders["mae"].to_vit(10)
+    return replace_head(copy.deepcopy(encoders["supervised"]), 10)
 
 
 def labelled_data(
@@ -197,7 +185,11 @@ def labelled_data(
     if per_class * 10 > len(data.train):
         raise ValueError(f"per_class must be at most {len(data.train) // 10}, got {per_class}")
     if image_size != 28:
-        _upsample(data, image_size)
+        from torchvision.transforms import v2
+
+        resize = v2.Resize((image_size, image_size), v2.InterpolationMode.BICUBIC, antialias=True)
+        for split in (data.train, data.val, data.test):
+            split.transform = resize
     picked = stratified_indices(data.train.labels, per_class * 10, seed=seed)
     train = Subset(data.train, picked.tolist())
     held_out = {}
@@ -212,35 +204,6 @@ def labelled_data(
         image_size=image_size,
         **held_out,
     )
-
-
-def _upsample(data: DataSplits, image_size: int) -> None:
-    from torchvision.transforms import v2
-
-    resize = v2.Resize((image_size, image_size), v2.InterpolationMode.BICUBIC, antialias=True)
-    for split in (data.train, data.val, data.test):
-        split.transform = resize
-
-
-def finetune(
-    model: nn.Module, data: DataSplits, *, epochs: int, device: Device = "auto", **options: Any
-) -> dict[str, float]:
-    """Train every weight of ``model`` on ``data.train_loader``; its test accuracy and
-    training seconds. ``options`` override :data:`FINETUNE` (``lr``, ...)."""
-    history = fit(
-        model,
-        data.train_loader,
-        None,
-        epochs=epochs,
-        warmup_epochs=epochs / 10,
-        device=device,
-        progress=False,
-        **{**FINETUNE, **options},
-    )
-    return {
-        "test_accuracy": evaluate(model, data.test_loader, device)["accuracy"],
-        "train_seconds": sum(history["time"]),
-    }
 
 
 def features(model: VisionTransformer, loader: DataLoader, device: Device = "cpu") -> Tensor:

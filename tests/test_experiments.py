@@ -1,0 +1,324 @@
+"""Tests for vit_tutorial/experiments/: the chapters' experiments (6, 8 and 9)."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torchvision.models import ResNet, resnet18
+
+from vit_tutorial.checkpoint import save_checkpoint
+from vit_tutorial.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD, digits_datasets
+from vit_tutorial.experiments import ch06, epochs_for
+from vit_tutorial.experiments.ch08 import (
+    AUGMENTATIONS,
+    FIT,
+    FULL_TRAIN_SIZE,
+    STEPS,
+    RunSpec,
+    build_model,
+    load_teacher,
+    resnet18_greyscale,
+    run,
+)
+from vit_tutorial.experiments.ch09 import (
+    COARSE_GROUPS,
+    COARSE_NAMES,
+    DECODER,
+    ENCODER,
+    at_resolution,
+    digits_like_fashion_mnist,
+    features,
+    finetune_settings,
+    labelled_data,
+    linear_probe,
+    pretrain_mae,
+    pretrain_supervised,
+    start,
+)
+from vit_tutorial.finetune import finetune
+from vit_tutorial.mae import MaskedAutoencoder
+from vit_tutorial.recipes import RECIPES
+from vit_tutorial.vit import VisionTransformer
+
+# --- chapter 6 ----------------------------------------------------------------------------
+
+
+def test_ch06_schedule_keeps_its_warmup_fraction_and_every_variant_changes_the_base():
+    assert ch06.settings(15) == ch06.SCHEDULE
+    short = ch06.settings(3)
+    assert (short.epochs, short.warmup_epochs, short.lr) == (3, 0.6, ch06.SCHEDULE.lr)
+    for group, name, change in ch06.VARIANTS.values():
+        assert set(change) <= set(ch06.BASE) and group and name
+
+
+def test_ch06_ablation_trains_a_configuration_once_per_seed(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ch06, "train_once", lambda c, s, e: calls.append(s) or {"seed": s})
+    rows = list(ch06.ablation(["pos-learned", "patch-2", "patch-4"], [0, 1], 1))
+    assert [r["id"] for r in rows] == ["pos-learned", "patch-2", "patch-4"]
+    assert rows[0]["config"] == ch06.BASE and rows[2]["config"]["patch_size"] == 4
+    assert rows[0]["runs"] == rows[1]["runs"] and len(calls) == 4  # the base once per seed
+
+
+# --- chapter 8 ----------------------------------------------------------------------------
+
+
+def test_greyscale_resnet_is_torchvisions_with_a_one_channel_stem():
+    model = resnet18_greyscale(1, 10)
+    reference = resnet18(num_classes=10)
+    assert isinstance(model, ResNet)
+    conv = model.conv1
+    assert (conv.in_channels, conv.out_channels, conv.kernel_size) == (1, 64, (7, 7))
+    assert (conv.stride, conv.padding, conv.bias) == ((2, 2), (3, 3), None)
+    ours = dict(model.named_parameters())
+    theirs = dict(reference.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, p in ours.items():
+        if name != "conv1.weight":
+            assert p.shape == theirs[name].shape, name
+    assert (
+        sum(p.numel() for p in model.parameters())
+        == sum(p.numel() for p in reference.parameters()) - 2 * 64 * 7 * 7
+    )  # two input channels fewer in the stem
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    # torchvision's initialisation of convolutions: Kaiming normal, fan_out
+    std = math.sqrt(2 / (64 * 7 * 7))
+    assert conv.weight.std().item() == pytest.approx(std, rel=0.1)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1"])
+def test_greyscale_resnet_rejects_bad_channels(value):
+    with pytest.raises(ValueError, match=f"in_channels must be an integer >= 1, got {value!r}"):
+        resnet18_greyscale(value)
+
+
+def test_build_model_matches_the_cpu_recipe_and_the_stems():
+    hybrid, vit = build_model("hybrid"), build_model("vit")
+    assert isinstance(hybrid, VisionTransformer) and isinstance(vit, VisionTransformer)
+    recipe = RECIPES["fashion-mnist"].model
+    for field, value in recipe.items():  # the study's hybrid is the CPU recipe's model
+        assert getattr(hybrid.config, field) == value, field
+    assert vit.config.stem == "patch" and vit.config.patch_size == 4
+    assert hybrid(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    student = build_model("vit", pool="cls", distilled=True)
+    assert student.config.distilled and student.config.pool == "cls"
+    assert build_model("hybrid", drop_path=0.1).config.drop_path == 0.1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(name="cnn"), "unknown model 'cnn'; expected one of"),
+        (dict(name="resnet18", distilled=True), "apply to the ViTs, not to 'resnet18'"),
+        (dict(name="resnet18", pool="cls"), "apply to the ViTs, not to 'resnet18'"),
+        (dict(name="resnet18", drop_path=0.1), "apply to the ViTs, not to 'resnet18'"),
+    ],
+)
+def test_build_model_errors(kwargs, message):
+    name = kwargs.pop("name")
+    with pytest.raises(ValueError, match=message):
+        build_model(name, **kwargs)
+
+
+def test_the_budget_rule_gives_every_size_the_same_steps():
+    assert STEPS == 13 * math.ceil(FULL_TRAIN_SIZE / 128) == 5590
+    for n in (300, 1000, 4000, 15000, 55000):
+        epochs = epochs_for(n, STEPS)
+        steps_per_epoch = math.ceil(n / 128)
+        assert epochs * steps_per_epoch >= STEPS > (epochs - 1) * steps_per_epoch
+    assert epochs_for(55000, STEPS) == 13 and epochs_for(1000, STEPS) == 699
+
+
+@pytest.mark.parametrize("name, value", [("train_size", 0), ("steps", True), ("batch_size", 1.0)])
+def test_epochs_for_rejects_bad_numbers(name, value):
+    args = {"train_size": 1000, "steps": 10, "batch_size": 128, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be an integer >= 1, got {name}={value!r}"):
+        epochs_for(**args)
+
+
+def test_run_spec_settings_follow_the_budget():
+    assert RunSpec("hybrid").settings == FIT  # the full set: 13 epochs, one of warm-up
+    small = RunSpec("vit", 1000, steps=STEPS).settings
+    assert small.epochs == 699 and small.warmup_epochs == pytest.approx(430 / 8)
+    assert dataclasses.replace(small, epochs=13, warmup_epochs=1) == FIT
+
+
+def test_run_spec_keys_and_teacher():
+    spec = RunSpec("vit", 4000, 2, 100, pool="cls", distilled=True)
+    assert spec.key == "vit-n4000-s2-none-t100-cls-distilled"
+    assert spec.teacher == RunSpec("resnet18", 4000, 2, 100)
+    assert RunSpec("hybrid", augmentation="erasing").key == "hybrid-n55000-s0-erasing-t5590"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(model="swin"), "unknown model 'swin'"),
+        (dict(model="vit", augmentation="cutout"), "unknown augmentation 'cutout'"),
+        (dict(model="vit", pool="max"), "pool must be 'mean' or 'cls', got 'max'"),
+        (dict(model="vit", distilled=True), "a distilled run pools the class token"),
+        (dict(model="resnet18", pool="cls"), "has no class token"),
+        (dict(model="resnet18", augmentation="drop-path"), "has no class token"),
+        (dict(model="vit", train_size=0), "train_size must be an integer >= 1"),
+    ],
+)
+def test_run_spec_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RunSpec(**kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(AUGMENTATIONS))
+def test_each_augmentation_maps_a_uint8_image_to_a_uint8_image(name):
+    augmentation = AUGMENTATIONS[name]
+    image = torch.randint(0, 256, (1, 28, 28), dtype=torch.uint8)
+    if augmentation.image is not None:
+        torch.manual_seed(0)
+        out = augmentation.image()(image)
+        assert out.dtype == torch.uint8 and out.shape == (1, 28, 28)
+    assert augmentation.drop_path in (0.0, 0.1)
+    assert augmentation.description
+
+
+def test_the_all_row_uses_every_lever():
+    row = AUGMENTATIONS["all"]
+    assert row.image is not None and row.batch and row.drop_path == 0.1
+    names = [type(t).__name__ for t in row.image().transforms]
+    assert names == ["RandomCrop", "RandomHorizontalFlip", "RandAugment", "RandomErasing"]
+
+
+def test_a_distilled_run_needs_its_teacher():
+    spec = RunSpec("vit", 300, 0, 5, pool="cls", distilled=True)
+    with pytest.raises(ValueError, match="pass its teacher \\(resnet18-n300-s0-none-t5\\)"):
+        run(spec, device="cpu")
+
+
+def test_load_teacher_round_trip(tmp_path):
+    model = resnet18_greyscale()
+    path = tmp_path / "teacher.pt"
+    save_checkpoint(path, model)
+    loaded = load_teacher(path)
+    assert not loaded.training
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
+    path = tmp_path / "vit.pt"
+    torch.manual_seed(0)
+    result = run(RunSpec("vit", 300, 0, 6), device="cpu", save_to=path)
+    assert result["epochs"] == 2 and result["optimizer_steps"] == 6
+    assert result["key"] == "vit-n300-s0-none-t6"
+    assert result["parameters"] == sum(p.numel() for p in build_model("vit").parameters())
+    assert 0 <= result["test_accuracy"] <= 1 and 0 <= result["val_accuracy"] <= 1
+    assert not list(tmp_path.glob("*.tmp"))
+    saved = torch.load(path, weights_only=True)["model"]  # a checkpoint, hashed
+    torch.manual_seed(0)
+    initial = build_model("vit").state_dict()
+    assert saved.keys() == initial.keys()
+    assert not torch.equal(saved["head.weight"], initial["head.weight"])  # it trained
+
+
+# --- chapter 9 ----------------------------------------------------------------------------
+
+
+def vit(num_classes=10):
+    torch.manual_seed(0)
+    return VisionTransformer(**ENCODER, pool="mean", num_classes=num_classes)
+
+
+def test_coarse_groups_split_the_ten_classes_into_five():
+    assert len(COARSE_GROUPS) == 10 and sorted(set(COARSE_GROUPS)) == list(range(5))
+    tops = [c for c, g in enumerate(COARSE_GROUPS) if COARSE_NAMES[g] == "top"]
+    footwear = [c for c, g in enumerate(COARSE_GROUPS) if COARSE_NAMES[g] == "footwear"]
+    assert tops == [0, 2, 4, 6] and footwear == [5, 7, 9]  # shirts together, shoes together
+
+
+def test_the_supervised_start_keeps_everything_but_the_head():
+    source = vit(5)
+    torch.nn.init.normal_(source.head.weight)
+    fresh = start("supervised", 0, {"supervised": source})
+    assert fresh.head.out_features == 10 and fresh.config.num_classes == 10
+    assert fresh.head.weight.abs().max() == 0 and source.head.out_features == 5
+    for name, tensor in source.state_dict().items():
+        if not name.startswith("head."):
+            assert torch.equal(fresh.state_dict()[name], tensor), name
+
+
+def test_at_resolution_interpolates_or_replaces_the_position_table():
+    model = vit().eval()
+    bigger = at_resolution(model, 40).eval()
+    assert bigger.grid_size == (10, 10) and bigger.config.image_size == 40
+    assert bigger.pos_embed.weight.shape == (1, 100, 64)
+    fresh = at_resolution(model, 40, interpolate=False)
+    assert not torch.allclose(fresh.pos_embed.weight, bigger.pos_embed.weight)
+    for name, tensor in bigger.state_dict().items():
+        if name != "pos_embed.weight":
+            assert torch.equal(fresh.state_dict()[name], tensor), name
+    # the interpolated table keeps the coarse layout: its corners are the old corners'
+    old = model.pos_embed.weight[0].view(7, 7, 64)
+    new = bigger.pos_embed.weight[0].view(10, 10, 64)
+    similarity = torch.cosine_similarity(new[0, 0], old[0, 0], dim=0)
+    assert similarity > 0.9
+    assert bigger(torch.randn(2, 1, 40, 40)).shape == (2, 10)
+
+
+def test_labelled_data_draws_exactly_per_class_images_per_seed():
+    a = labelled_data(3, seed=0, eval_size=50)
+    b = labelled_data(3, seed=1, eval_size=50)
+    labels = torch.stack([a.train[i][1] for i in range(len(a.train))])
+    assert torch.bincount(labels).tolist() == [3] * 10
+    assert set(a.train.indices) != set(b.train.indices)
+    assert len(a.test) == len(a.val) == 50 and len(a.train_loader.dataset) == 30
+    assert a.train[0][0].shape == (1, 28, 28)
+    assert labelled_data(1, seed=0, image_size=40, eval_size=5).test[0][0].shape == (1, 40, 40)
+    with pytest.raises(ValueError, match="per_class must be at most 5500"):
+        labelled_data(5501, seed=0)
+    with pytest.raises(ValueError, match="per_class must be at least 1"):
+        labelled_data(0, seed=0)
+
+
+def test_digits_are_resized_and_normalised_like_fashion_mnist():
+    data = digits_like_fashion_mnist(seed=0)
+    original = digits_datasets(seed=0)
+    assert len(data.train) == len(original.train) == 1437 and len(data.test) == 360
+    images, labels = data.train.tensors
+    assert images.shape == (1437, 1, 28, 28) and data.image_size == 28
+    assert torch.equal(labels, original.train.tensors[1])
+    pixels = images * FASHION_MNIST_STD[0] + FASHION_MNIST_MEAN[0]
+    assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6 and pixels.max() > 0.9
+
+
+def test_features_are_the_mean_of_the_encoders_tokens():
+    model = vit().eval()
+    data = labelled_data(1, seed=0, eval_size=20)
+    got = features(model, data.test_loader)
+    images = torch.stack([data.test[i][0] for i in range(20)])
+    with torch.no_grad():
+        expected = model.forward_features(images).mean(dim=1)
+    assert got.shape == (20, 64) and torch.allclose(got, expected, atol=1e-5)
+
+
+def test_linear_probe_and_finetune_report_test_accuracy():
+    data = labelled_data(2, seed=0, eval_size=100)
+    probe = linear_probe(vit(), data)
+    assert 0 <= probe["test_accuracy"] <= 1 and probe["C"] in (1e-3, 1e-2, 1e-1, 1, 10, 100)
+    model = vit()
+    before = model.encoder.blocks[0].attn.qkv.weight.clone()
+    result = finetune(
+        model, data, finetune_settings(1), new_head=False, validate=False, device="cpu"
+    )
+    assert 0 <= result.test_accuracy <= 1 and result.train_seconds > 0
+    assert not torch.equal(model.encoder.blocks[0].attn.qkv.weight, before)  # all trains
+
+
+def test_pretraining_runs_on_a_subset_without_reading_labels():
+    mae, history = pretrain_mae(epochs=1, images=300, device="cpu")
+    assert isinstance(mae, MaskedAutoencoder) and not mae.training
+    assert len(history["train_loss"]) == 1 and history["train_loss"][0] > 0
+    assert (
+        mae.config.dim == ENCODER["dim"]
+        and mae.decoder_embed.out_features == DECODER["decoder_dim"]
+    )
+    coarse, history = pretrain_supervised(epochs=1, images=300, device="cpu")
+    assert coarse.config.num_classes == 5 and len(history["train_loss"]) == 1
