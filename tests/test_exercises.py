@@ -3,7 +3,6 @@ and leave no trace (random state, model mode) behind them."""
 
 import copy
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,17 +14,13 @@ from timm.models.vision_transformer import global_pool_nlc
 import vit_tutorial.exercises as exercises
 from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
-from vit_tutorial.data_efficiency import resnet18_greyscale
 from vit_tutorial.encoder import drop_path
-from vit_tutorial.engine import _loss, param_groups, predict, warmup_cosine
+from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.exercises.data_efficiency import _distillation_loss, _mixup
 from vit_tutorial.exercises.pretraining import _decoder_tokens
-from vit_tutorial.mae import (
-    MaskedAutoencoder,
-    masked_patch_loss,
-    normalized_patches,
-    random_masking,
-)
+from vit_tutorial.experiments.ch08 import resnet18_greyscale
+from vit_tutorial.losses import HardDistillation, masked_patch_loss
+from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
 from vit_tutorial.patches import image_to_patches, patches_to_image
 from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
 from vit_tutorial.vit import VisionTransformer
@@ -103,17 +98,21 @@ def axial_scores(gh, gw):
     return (attention_flops((gh, gw), 1, "axial") - 16 * gh * gw) // 4
 
 
-def stand_in_run(label_smoothing, teacher):
-    """What the engine's ``_loss`` reads of a run: its label smoothing and its teacher."""
-    return SimpleNamespace(
-        settings=SimpleNamespace(label_smoothing=label_smoothing), teacher=teacher
-    )
+class FixedTeacher(torch.nn.Module):
+    """A teacher that returns ``logits`` whatever the images."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, images):
+        return self.logits
 
 
 def engine_distillation_loss(cls_logits, dist_logits, labels, teacher_logits, smoothing):
-    """The engine's own loss of a distilled model, its teacher returning ``teacher_logits``."""
-    run = stand_in_run(smoothing, teacher=lambda images: teacher_logits)
-    loss, _ = _loss(run, (cls_logits, dist_logits), None, labels)
+    """The package's own loss of a distilled model, its teacher returning ``teacher_logits``."""
+    distillation = HardDistillation(FixedTeacher(teacher_logits), smoothing)
+    loss, _ = distillation((cls_logits, dist_logits), None, labels)
     return loss
 
 
@@ -302,12 +301,12 @@ def test_check_param_groups_accepts_what_torch_optim_accepts(shape):
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_the_distillation_reference_is_the_engines_loss_of_a_distilled_vit(smoothing):
+def test_the_distillation_reference_is_the_packages_loss_of_a_distilled_vit(smoothing):
     torch.manual_seed(0)
     student, teacher = tiny_vit(distilled=True, pool="cls").train(), tiny_vit().eval()
     images, labels = torch.randn(8, 1, 4, 4), torch.randint(3, (8,))
     cls_logits, dist_logits = student(images)  # both heads, in training
-    want, _ = _loss(stand_in_run(smoothing, teacher), (cls_logits, dist_logits), images, labels)
+    want, _ = HardDistillation(teacher, smoothing)((cls_logits, dist_logits), images, labels)
     with torch.no_grad():
         teacher_logits = teacher(images)
     assert (teacher_logits.argmax(-1) != labels).any()  # the two targets differ somewhere

@@ -1,4 +1,5 @@
-"""Checkers for the book's exercises, one module per chapter.
+"""Checkers for the book's exercises, one module per chapter (chapters 8 and 9 have two:
+``greyscale_resnet`` and ``data_efficiency``, ``random_masking`` and ``pretraining``).
 
 Each ``check_*`` function takes the learner's function, raises :class:`AssertionError`
 with an explanation when it is wrong, and prints a confirmation when it is right.
@@ -10,12 +11,9 @@ from vit_tutorial.exercises.attention import (
     check_stable_softmax,
 )
 from vit_tutorial.exercises.axial import check_axial_attention, check_axial_mask, check_axial_scores
-from vit_tutorial.exercises.data_efficiency import (
-    check_distillation_loss,
-    check_greyscale_resnet,
-    check_mixup,
-)
+from vit_tutorial.exercises.data_efficiency import check_distillation_loss, check_mixup
 from vit_tutorial.exercises.encoder import check_block_forward, check_drop_path, check_layer_norm
+from vit_tutorial.exercises.greyscale_resnet import check_greyscale_resnet
 from vit_tutorial.exercises.patches import (
     check_image_to_patches,
     check_patch_embedding,
@@ -26,11 +24,8 @@ from vit_tutorial.exercises.positional import (
     check_resize_table,
     check_sinusoidal_2d,
 )
-from vit_tutorial.exercises.pretraining import (
-    check_decoder_tokens,
-    check_mae_loss,
-    check_random_masking,
-)
+from vit_tutorial.exercises.pretraining import check_decoder_tokens, check_mae_loss
+from vit_tutorial.exercises.random_masking import check_random_masking
 from vit_tutorial.exercises.training import (
     check_lr_schedule,
     check_param_groups,

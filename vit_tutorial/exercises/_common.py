@@ -12,13 +12,25 @@ from __future__ import annotations
 import functools
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["NOT_ATTEMPTED", "WIDTH", "call_safely", "checker", "close", "passed", "wrap"]
+__all__ = [
+    "NOT_ATTEMPTED",
+    "WIDTH",
+    "call_safely",
+    "checker",
+    "close",
+    "diagnose",
+    "dtype_name",
+    "passed",
+    "scalar_loss",
+    "shape_of",
+    "wrap",
+]
 
 WIDTH = 75
 """Columns of a checker's message, prefix included: what the book's column shows."""
@@ -151,6 +163,30 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
     return torch.allclose(
         a.detach().to(torch.float64), b.detach().to(torch.float64), atol=atol, rtol=0.0
     )
+
+
+def diagnose(
+    got: Tensor, mistakes: Iterable[tuple[str, Tensor]], otherwise: str, atol: float = 1e-5
+) -> str:
+    """The explanation of the first mistake whose result ``got`` matches, else ``otherwise``.
+
+    ``mistakes`` pairs an explanation with what that mistake computes.
+
+    Example:
+        >>> diagnose(torch.tensor(2.0), [("doubled", torch.tensor(2.0))], "compare")
+        'doubled'
+    """
+    return next((why for why, wrong in mistakes if close(got, wrong, atol)), otherwise)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``'float32'`` for ``torch.float32``, as a message names a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
+def shape_of(value: Any) -> Any:
+    """A tensor's shape as a tuple, anything else by its type's name, for a message."""
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
 
 
 def passed(name: str, detail: str) -> None:

@@ -216,7 +216,8 @@ def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
     Example:
         >>> check_masked_attention(lambda q, k, v, mask: scaled_dot_product_attention(
         ...     q, k, v, mask)[0])
-        Correct! check_masked_attention: matches the reference on 4 cases, a query that sees no key included.
+        Correct! check_masked_attention: matches the reference on 4 cases, a query that
+        sees no key included.
     """
     cases = [(2, 5, 8, (5, 5)), (3, 7, 4, (3, 7, 7)), (1, 6, 16, (6, 6))]  # B, T, d, mask
     generator = torch.Generator().manual_seed(0)
@@ -316,7 +317,8 @@ def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
 
     Example:
         >>> check_stable_softmax(torch.softmax)
-        Correct! check_stable_softmax: matches torch.softmax on 7 cases, scores near ±1000 and -inf included.
+        Correct! check_stable_softmax: matches torch.softmax on 7 cases, scores near ±1000
+        and -inf included.
     """
     generator = torch.Generator().manual_seed(0)
     cases = _softmax_cases(generator)

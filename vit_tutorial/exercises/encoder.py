@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vit_tutorial.encoder import EncoderBlock
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
 
 __all__ = ["check_drop_path", "check_block_forward", "check_layer_norm"]
 
@@ -95,7 +95,8 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     Example:
         >>> from vit_tutorial.encoder import drop_path
         >>> check_drop_path(drop_path)
-        Correct! check_drop_path: whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.
+        Correct! check_drop_path: whole samples dropped at rate p, survivors scaled by
+        1/(1-p), identity at eval.
     """
     generator = torch.Generator().manual_seed(0)
     # (B, T, D), all positive so that a zero means "dropped"
@@ -104,7 +105,7 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     p = 0.3
     got = call_safely(fn, (x.clone(), p, True), f"training=True, p={p}")
     if not isinstance(got, Tensor) or got.shape != x.shape:
-        shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+        shape = shape_of(got)
         raise AssertionError(
             f"the output must have the input's shape {tuple(x.shape)}, got {shape}"
         )
@@ -323,7 +324,7 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
         what = f"x of shape {shape}, eps={eps:g}"
         got = call_safely(fn, (x.clone(), weight.clone(), bias.clone(), eps), what)
         if not isinstance(got, Tensor) or got.shape != x.shape:
-            found = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            found = shape_of(got)
             raise AssertionError(f"{what}: the output must have the input's shape, got {found}")
         if close(got, F.layer_norm(x, (D,), weight, bias, eps)):
             continue

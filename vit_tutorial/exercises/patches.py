@@ -8,7 +8,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
 from vit_tutorial.patches import image_to_patches, pair
 
 __all__ = ["check_image_to_patches", "check_patch_embedding", "check_patches_to_image"]
@@ -51,7 +51,8 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
 
     Example:
         >>> check_image_to_patches(image_to_patches)
-        Correct! check_image_to_patches: row-major patches, (p1 p2 c) order, on 3 cases (square and non-square).
+        Correct! check_image_to_patches: row-major patches, (p1 p2 c) order, on 3 cases
+        (square and non-square).
     """
     cases = [((2, 3, 8, 12), 4), ((1, 3, 12, 16), (4, 8)), ((2, 1, 6, 6), 3)]
     generator = torch.Generator().manual_seed(0)
@@ -68,7 +69,7 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
             ) from error
         want = image_to_patches(images, patch_size)
         if not isinstance(got, Tensor) or got.shape != want.shape:
-            got_shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            got_shape = shape_of(got)
             raise AssertionError(
                 f"for images of shape {shape} and patch size {patch_size} the patches must have "
                 f"shape {tuple(want.shape)} (B, N, P_h·P_w·C), got {got_shape}"
@@ -114,7 +115,7 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
             want = rearrange(conv(images), "b d gh gw -> b (gh gw) d")
         width = patch_size[0] * patch_size[1] * C
         if not isinstance(W, Tensor) or W.shape != (D, width):
-            got_shape = tuple(W.shape) if isinstance(W, Tensor) else type(W).__name__
+            got_shape = shape_of(W)
             raise AssertionError(
                 f"for Conv2d({C}, {D}, kernel_size={patch_size}) W must have "
                 f"shape {(D, width)} (D, P_h·P_w·C), got {got_shape}"
@@ -198,7 +199,8 @@ def check_patches_to_image(
     Example:
         >>> from vit_tutorial.patches import patches_to_image
         >>> check_patches_to_image(patches_to_image)
-        Correct! check_patches_to_image: gives the images back exactly on 4 cases (square and non-square).
+        Correct! check_patches_to_image: gives the images back exactly on 4 cases
+        (square and non-square).
     """
     cases = [  # (images shape, patch_size, image_size)
         ((2, 3, 8, 12), 4, (8, 12)),
@@ -216,7 +218,7 @@ def check_patches_to_image(
         )
         got = call_safely(fn, (patches.clone(), patch_size, image_size), case)
         if not isinstance(got, Tensor) or got.shape != images.shape:
-            got_shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            got_shape = shape_of(got)
             raise AssertionError(
                 f"{case}: the images must have shape {shape} (B, C, H, W), got {got_shape}"
             )

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
 from vit_tutorial.positional import resize_pos_embed, sinusoidal_1d, sinusoidal_2d
 
 __all__ = ["check_relative_position_index", "check_resize_table", "check_sinusoidal_2d"]
@@ -109,7 +109,7 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
         got = call_safely(fn, ((gh, gw), dim), what)
         N = gh * gw
         if not isinstance(got, Tensor) or tuple(got.shape) != (N, dim):
-            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            shape = shape_of(got)
             raise AssertionError(
                 f"{what}: the table must have shape (Gh·Gw, D) = {(N, dim)}, one "
                 f"row per patch, got {shape}; flatten the grid row-major"
@@ -165,14 +165,15 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
     Example:
         >>> from vit_tutorial.positional import RelativePositionBias
         >>> check_relative_position_index(lambda g: RelativePositionBias(g, num_heads=1).index)
-        Correct! check_relative_position_index: one entry per 2D offset on 3 grids (square and non-square).
+        Correct! check_relative_position_index: one entry per 2D offset on 3 grids
+        (square and non-square).
     """
     for gh, gw in [(3, 3), (2, 4), (5, 3)]:
         what = f"grid_size=({gh}, {gw})"
         index = call_safely(fn, ((gh, gw),), what)
         N, size = gh * gw, (2 * gh - 1) * (2 * gw - 1)
         if not isinstance(index, Tensor) or tuple(index.shape) != (N, N):
-            shape = tuple(index.shape) if isinstance(index, Tensor) else type(index).__name__
+            shape = shape_of(index)
             raise AssertionError(
                 f"{what}: the index must have shape (N, N) = {(N, N)}, got {shape}"
             )
@@ -305,7 +306,8 @@ def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], 
 
     Example:
         >>> check_resize_table(lambda t, old, new: resize_pos_embed(t[None], old, new, 0)[0])
-        Correct! check_resize_table: 3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.
+        Correct! check_resize_table: 3 resizes (shrinking, growing, 14×14 to 24×24) match
+        resize_pos_embed.
     """
     generator = torch.Generator().manual_seed(0)
     for old, new, dim in [((4, 6), (3, 4), 8), ((3, 5), (7, 6), 8), ((14, 14), (24, 24), 16)]:
@@ -314,7 +316,7 @@ def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], 
         got = call_safely(fn, (table.clone(), old, new), what)
         shape = (new[0] * new[1], dim)
         if not isinstance(got, Tensor) or tuple(got.shape) != shape:
-            found = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            found = shape_of(got)
             raise AssertionError(
                 f"{what}: the table must have shape (Gh'·Gw', D) = {shape}, one row per "
                 f"patch of the new grid, got {found}; flatten the grid back row-major"

@@ -1,246 +1,30 @@
-"""Checkers for chapter 9: MAE's random masking, its loss on normalised hidden patches, and
-the decoder's input with mask tokens, as :mod:`vit_tutorial.mae` computes them."""
+"""Checkers for chapter 9: MAE's loss on normalised hidden patches, and the decoder's input
+with mask tokens, as :mod:`vit_tutorial.mae` computes them. (The random masking's checker
+is in :mod:`vit_tutorial.exercises.random_masking`.)"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from einops import rearrange
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, scalar_loss
-from vit_tutorial.mae import masked_patch_loss, normalized_patches
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    diagnose,
+    dtype_name,
+    passed,
+    scalar_loss,
+    shape_of,
+)
+from vit_tutorial.losses import masked_patch_loss
+from vit_tutorial.mae import normalized_patches
 from vit_tutorial.patches import image_to_patches
 
-__all__ = ["check_random_masking", "check_mae_loss", "check_decoder_tokens"]
-
-
-def _name(dtype: torch.dtype) -> str:
-    """``'float32'`` for ``torch.float32``."""
-    return str(dtype).removeprefix("torch.")
-
-
-def _shape(value: Any) -> Any:
-    """A tensor's shape as a tuple, anything else by its type's name."""
-    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-
-
-# ---------------------------------------------------------------------------------------
-# Random masking
-
-
-def _kept_count_hint(n: int, ratio: float, kept: int) -> str:
-    """Why keeping ``kept`` of ``n`` tokens is wrong: the package keeps n - round(n·ratio)."""
-    hidden = round(n * ratio)
-    others = {  # what a usual formula keeps, by its name
-        "hiding int(N·mask_ratio)": n - int(n * ratio),
-        "hiding math.ceil(N·mask_ratio)": n - math.ceil(n * ratio),
-        "hiding int(N·mask_ratio + 0.5), halves rounded up": n - int(n * ratio + 0.5),
-        "keeping int(N·(1 - mask_ratio)), as MAE's code does": int(n * (1 - ratio)),
-        "keeping round(N·(1 - mask_ratio))": round(n * (1 - ratio)),
-    }
-    yours = [name for name, k in others.items() if k == kept]
-    which = f" Your K comes from {'; or '.join(yours)}." if yours else ""
-    return (
-        f"you keep {kept} tokens per image ({n - kept} hidden); hide round(N·mask_ratio) = "
-        f"round({n * ratio:g}) = {hidden} and keep K = N - {hidden} = {n - hidden}, as the "
-        f"package does.{which} Python's round() takes a half to the even neighbour: "
-        "round(7.5) == 8, round(2.5) == 2"
-    )
-
-
-def _masking_output(out: Any, b: int, n: int, d: int, keep: int, ratio: float, where: str):
-    """``(visible, mask, ids_restore)`` of the right shapes; an AssertionError otherwise."""
-    if not isinstance(out, (tuple, list)) or len(out) != 3:
-        raise AssertionError(
-            f"for {where}: return three tensors, (visible, mask, ids_restore), got "
-            f"{type(out).__name__}"
-        )
-    visible, mask, ids_restore = out
-    if not isinstance(visible, Tensor) or visible.ndim != 3 or _shape(visible)[::2] != (b, d):
-        raise AssertionError(
-            f"for {where}: visible must be (B, K, D) = ({b}, {keep}, {d}), the kept tokens "
-            f"of each image, got {_shape(visible)}"
-        )
-    if visible.shape[1] != keep:
-        raise AssertionError(f"for {where}: {_kept_count_hint(n, ratio, visible.shape[1])}")
-    for what, value in [("mask", mask), ("ids_restore", ids_restore)]:
-        if not isinstance(value, Tensor) or value.shape != (b, n):
-            raise AssertionError(
-                f"for {where}: {what} must be (B, N) = ({b}, {n}), one entry per token in "
-                f"the original order, got {_shape(value)}"
-            )
-    return visible, mask, ids_restore
-
-
-def _kept_positions(visible: Tensor, tokens: Tensor, where: str) -> list[list[int]]:
-    """For each image, which of its tokens each row of ``visible`` is."""
-    exact = visible.double()[:, :, None, None] == tokens.double()[None, None]  # (B, K, B', N, D)
-    hits = exact.all(-1)  # (B, K, B', N): row k of image b is token n of image b'
-    positions = []
-    for b, rows in enumerate(hits):
-        found = []
-        for k, row in enumerate(rows):
-            if not row[b].any():
-                elsewhere = row.any(-1).nonzero().flatten().tolist()
-                source = f" (it is a token of image {elsewhere[0]})" if elsewhere else ""
-                raise AssertionError(
-                    f"for {where}: visible[{b}, {k}] is not one of image {b}'s tokens{source}: "
-                    "each row of visible must be a whole token of its own image, "
-                    "tokens.gather(1, ids_keep[..., None].expand(-1, -1, D))"
-                )
-            found.append(int(row[b].nonzero()[0]))
-        twice = sorted({n for n in found if found.count(n) > 1})
-        if twice:
-            raise AssertionError(
-                f"for {where}: image {b} keeps token {twice[0]} twice: keep K distinct "
-                "tokens, the first K of a random permutation (noise.argsort(dim=1))"
-            )
-        positions.append(found)
-    return positions
-
-
-def _check_random_choice(positions: list[list[int]], n: int, where: str) -> None:
-    """Not the first K tokens, and not one subset for the whole batch."""
-    b, keep = len(positions), len(positions[0])
-    if keep == n:
-        return
-    if all(sorted(p) == list(range(keep)) for p in positions):
-        raise AssertionError(
-            f"for {where}: you keep the first K = {keep} tokens of every image; keep a "
-            "random subset instead: the K tokens with the smallest of B×N uniform noises"
-        )
-    chance = math.comb(n, keep) ** (b - 1)  # 1 in `chance` to draw one subset for all
-    if chance >= 10**6 and all(sorted(p) == sorted(positions[0]) for p in positions):
-        raise AssertionError(
-            f"for {where}: every image hides the same tokens, the same mask for the whole "
-            "batch: draw the noise with shape (B, N), one row per image, so that each "
-            "image gets its own random subset"
-        )
-
-
-def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) -> None:
-    """``mask`` is 0.0 at the kept tokens and 1.0 elsewhere, in the original order."""
-    if not mask.is_floating_point():
-        raise AssertionError(
-            f"for {where}: the mask must be float, 1.0 = hidden and 0.0 = visible, got "
-            f"{_name(mask.dtype)}; the loss multiplies by it (mask.float())"
-        )
-    want = torch.ones(len(positions), n, dtype=torch.float64)
-    for b, kept in enumerate(positions):
-        want[b, kept] = 0.0
-    if close(mask, want, atol=0.0):
-        return
-    keep = len(positions[0])
-    shuffled = torch.cat([torch.zeros(keep), torch.ones(n - keep)]).expand_as(want)
-    if close(mask, 1 - want, atol=0.0):
-        hint = "the mask is inverted: 1.0 marks a hidden token, 0.0 a visible one"
-    elif close(mask, shuffled, atol=0.0):
-        hint = (
-            "the mask is in shuffled order (its first K entries are 0): put it back in "
-            "the original order with mask.gather(1, ids_restore), so that mask[b, n] is "
-            "about token n"
-        )
-    else:
-        hint = "mask[b, n] must be 0.0 where token n was kept, 1.0 where it was hidden"
-    raise AssertionError(f"for {where}: {hint}")
-
-
-def _check_ids_restore(ids: Tensor, positions: list[list[int]], n: int, where: str) -> None:
-    """Row k of ``[visible, hidden]`` goes back to token ``positions[b][k]``."""
-    if ids.dtype != torch.long:
-        raise AssertionError(
-            f"for {where}: ids_restore must hold int64 indices (for gather), got {_name(ids.dtype)}"
-        )
-    keep = len(positions[0])
-    for b, kept in enumerate(positions):
-        row = ids[b].tolist()
-        if [row[p] for p in kept] == list(range(keep)) and sorted(row) == list(range(n)):
-            continue
-        if row[:keep] == kept and sorted(row) == list(range(n)):
-            hint = (
-                "that is ids_shuffle (where each shuffled token comes from); ids_restore "
-                "is its inverse, ids_shuffle.argsort(dim=1)"
-            )
-        else:
-            hint = (
-                "ids_restore must put [visible, hidden] back in order: "
-                "x.gather(1, ids_restore[..., None].expand(-1, -1, D)) with "
-                "x = cat([visible, hidden], dim=1) gives the tokens in their places"
-            )
-        raise AssertionError(f"for {where}: for image {b}, {hint}")
-
-
-def _check_generator(fn: Callable) -> None:
-    """A seed gives one mask, another seed another: the noise comes from ``generator``."""
-    tokens, ratio = torch.randn(2, 49, 8), 0.75
-    where = "B=2 images, N=49 tokens, mask_ratio=0.75"
-    masks = [
-        call_safely(fn, (tokens.clone(), ratio, torch.Generator().manual_seed(s)), where)[1]
-        for s in (7, 7, 8)
-    ]
-    if not torch.equal(masks[0], masks[1]):
-        raise AssertionError(
-            f"for {where}: two calls with generators of the same seed hid different "
-            "tokens: draw the noise from the generator passed in, torch.rand(B, N, "
-            "generator=generator), not from torch's global one"
-        )
-    if torch.equal(masks[0], masks[2]):
-        raise AssertionError(
-            f"for {where}: two calls with generators of different seeds hid the same "
-            "tokens: draw new noise from the generator passed in on every call"
-        )
-
-
-@checker
-def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) -> None:
-    """Grade a learner's ``fn(tokens, mask_ratio, generator) -> (visible, mask,
-    ids_restore)``, MAE's per-image random masking.
-
-    ``tokens`` are ``(B, N, D)``. Each image keeps ``K = N - round(N·mask_ratio)`` of its
-    tokens (Python's ``round``, as :func:`~vit_tutorial.mae.random_masking`), a random
-    subset of its own drawn from ``generator``: ``visible`` is ``(B, K, D)``; ``mask`` is
-    ``(B, N)`` in the original order, 1.0 where the token is hidden; ``ids_restore``
-    ``(B, N)`` puts ``cat([visible, hidden], dim=1)`` back in the original order. The
-    kept tokens may come in any order that ``ids_restore`` undoes.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
-    Example:
-        >>> from vit_tutorial.mae import random_masking
-        >>> check_random_masking(random_masking)
-        Correct! check_random_masking: K = N - round(N·mask_ratio) tokens kept, a random
-        subset for each image and seed, mask and ids_restore in the original order, on
-        6 cases.
-    """
-    cases = [  # B, N, D, mask_ratio, dtype: sizes where int, math.ceil and round disagree
-        (4, 10, 3, 0.75, torch.float32),
-        (3, 10, 4, 0.25, torch.float32),
-        (4, 9, 3, 0.5, torch.float64),
-        (2, 49, 8, 0.75, torch.float32),
-        (3, 8, 2, 0.875, torch.float32),  # one token left
-        (3, 6, 2, 0.0, torch.float32),
-    ]
-    for b, n, d, ratio, dtype in cases:
-        tokens = torch.randn(b, n, d, dtype=dtype)
-        keep = n - round(n * ratio)
-        where = f"B={b} images, N={n} tokens, mask_ratio={ratio}"
-        out = call_safely(fn, (tokens.clone(), ratio, torch.Generator().manual_seed(n)), where)
-        visible, mask, ids_restore = _masking_output(out, b, n, d, keep, ratio, where)
-        positions = _kept_positions(visible, tokens, where)
-        _check_random_choice(positions, n, where)
-        _check_mask(mask, positions, n, where)
-        _check_ids_restore(ids_restore, positions, n, where)
-    _check_generator(fn)
-    passed(
-        "check_random_masking",
-        "K = N - round(N·mask_ratio) tokens kept, a random subset for each image and seed, "
-        f"mask and ids_restore in the original order, on {len(cases)} cases.",
-    )
+__all__ = ["check_mae_loss", "check_decoder_tokens"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -353,7 +137,7 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     on the hidden patches. The target of a patch ``p`` is ``(p - mean) / sqrt(var +
     1e-6)``, its own mean and unbiased variance; the loss is the mean over hidden patches
     of the per-patch mean squared error, a 0-dimensional tensor, as
-    :func:`~vit_tutorial.mae.masked_patch_loss` on
+    :func:`~vit_tutorial.losses.masked_patch_loss` on
     :func:`~vit_tutorial.mae.normalized_patches`. Inputs come in float32 and float64; one
     patch is blank (variance 0).
 
@@ -372,7 +156,7 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     ]
     for b, c, h, w, p, hidden, dtype in cases:
         pred, images, mask = _loss_case(b, c, h, w, p, hidden, dtype)
-        where = f"B={b}, C={c}, {h}×{w} images, P={p}, {_name(dtype)}"
+        where = f"B={b}, C={c}, {h}×{w} images, P={p}, {dtype_name(dtype)}"
         got = call_safely(fn, (pred.clone(), images.clone(), mask.clone(), p), where)
         per_image = "average the per-patch errors of all the hidden patches into one number"
         got = scalar_loss(got, where, b, per_image)
@@ -385,10 +169,12 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
                 "background) has variance 0, so put the eps under the square root: "
                 "(p - mean) / sqrt(var + 1e-6)"
             )
-        hint = next(
-            (why for why, loss in _loss_mistakes(pred, images, mask, p) if close(got, loss, 1e-4)),
+        hint = diagnose(
+            got,
+            _loss_mistakes(pred, images, mask, p),
             "compare with the mean over hidden patches of ((pred - target)²).mean(-1), "
             "target = (p - mean) / sqrt(var + 1e-6) for each patch p of image_to_patches",
+            atol=1e-4,
         )
         raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
     passed(
@@ -461,12 +247,12 @@ def _decoder_output(fn: Callable, args: tuple, shape: tuple, where: str, one_pas
         ) from error.__cause__
     if isinstance(got, Tensor) and got.shape == (*shape[:2], 1):
         raise AssertionError(
-            f"for {where}: the result is {_shape(got)}: expand gather's index over the "
+            f"for {where}: the result is {shape_of(got)}: expand gather's index over the "
             "features, ids_restore[..., None].expand(-1, -1, D')"
         )
     if not isinstance(got, Tensor) or got.shape != shape:
         raise AssertionError(
-            f"for {where}: return the decoder's tokens (B, N, D') = {shape}, got {_shape(got)}"
+            f"for {where}: return the decoder's tokens (B, N, D') = {shape}, got {shape_of(got)}"
         )
     return got
 
@@ -503,14 +289,15 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         latent = torch.randn(b, k, d, dtype=dtype)
         mask_token = torch.randn(1, 1, d, dtype=dtype)
         ids_restore = torch.rand(b, n).argsort(dim=1).argsort(dim=1)
-        where = f"B={b}, N={n} tokens, K={k} visible, D'={d}, {_name(dtype)}"
+        where = f"B={b}, N={n} tokens, K={k} visible, D'={d}, {dtype_name(dtype)}"
         args = (latent.clone(), mask_token.clone(), ids_restore.clone())
         got = _decoder_output(fn, args, (b, n, d), where, one_passed)
         one_passed |= b == 1
         if close(got, _decoder_tokens(latent, mask_token, ids_restore)):
             continue
-        hint = next(
-            (why for why, x in _decoder_mistakes(latent, mask_token, ids_restore) if close(got, x)),
+        hint = diagnose(
+            got,
+            _decoder_mistakes(latent, mask_token, ids_restore),
             "the visible tokens must land where ids_restore sends them, and mask_token in "
             "every other place",
         )

@@ -12,7 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vit_tutorial.engine import param_groups, warmup_cosine
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, scalar_loss
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    diagnose,
+    passed,
+    scalar_loss,
+)
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["check_param_groups", "check_lr_schedule", "check_smoothed_cross_entropy"]
@@ -40,7 +47,8 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
 
     Example:
         >>> check_lr_schedule(_lr_at)
-        Correct! check_lr_schedule: matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.
+        Correct! check_lr_schedule: matches torch's LinearLR + CosineAnnealingLR at every
+        step of 3 schedules.
     """
     for lr, w, S in [(1e-3, 5, 50), (0.5, 10, 30), (2e-3, 1, 7)]:
         optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
@@ -281,12 +289,9 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
         got = scalar_loss(got, where, B, "take their mean over the batch, a single number")
         if close(got, want, atol=1e-5):
             continue
-        hint = next(
-            (
-                why
-                for why, loss in _smoothing_mistakes(logits, targets, eps).items()
-                if close(got, loss, atol=1e-5)
-            ),
+        hint = diagnose(
+            got,
+            _smoothing_mistakes(logits, targets, eps).items(),
             "compare with the formula of the chapter, term by term",
         )
         raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")

@@ -142,9 +142,9 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
 
     ``fn`` gets a model with dropout and drop path, left in training mode; it must switch
     it to evaluation (and may switch it back afterwards, as
-    :func:`~vit_tutorial.engine.predict` does), run without building an autograd graph, turn the logits into
-    probabilities with a softmax over the classes, and return the k largest with their
-    class indices, both of shape ``(B, k)``.
+    :func:`~vit_tutorial.engine.predict` does), run without building an autograd graph,
+    turn the logits into probabilities with a softmax over the classes, and return the k
+    largest with their class indices, both of shape ``(B, k)``.
 
     Raises:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.

@@ -1,0 +1,209 @@
+"""Checker for chapter 8's baseline: torchvision's ResNet-18 with a first convolution
+for greyscale images, compared with
+:func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vit_tutorial.exercises._common import call_safely, checker, passed, shape_of
+from vit_tutorial.experiments.ch08 import resnet18_greyscale
+
+__all__ = ["check_greyscale_resnet"]
+
+
+def _pair(value: Any) -> Any:
+    """``(v, v)`` for an int, as ``nn.Conv2d`` and ``nn.MaxPool2d`` read their sizes."""
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def _grid(conv: nn.Conv2d, pool: nn.Module, size: int = 28) -> int | None:
+    """The side of the grid that ``conv`` then ``pool`` make of a ``size``×``size`` image."""
+    if isinstance(conv.padding, str):  # 'same' or 'valid': no formula needed here
+        return None
+    (k, _), (s, _), (p, _) = (_pair(v) for v in (conv.kernel_size, conv.stride, conv.padding))
+    side = (size + 2 * p - k) // s + 1
+    if isinstance(pool, nn.MaxPool2d):
+        (k, _), (s, _), (p, _) = (_pair(v) for v in (pool.kernel_size, pool.stride, pool.padding))
+        side = (side + 2 * p - k) // s + 1
+    return side
+
+
+def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
+    """conv1 must be ``Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)``, and the
+    max-pool after it torchvision's."""
+    conv = model.conv1
+    if not isinstance(conv, nn.Conv2d):
+        raise AssertionError(
+            f"for {where}: model.conv1 must be one nn.Conv2d, got {type(conv).__name__}; "
+            "replace it by nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, "
+            "bias=False)"
+        )
+    if conv.in_channels != in_channels:
+        still_rgb = "still " if conv.in_channels == 3 else ""
+        raise AssertionError(
+            f"for {where}: conv1 {still_rgb}takes {conv.in_channels} channels, but conv1 must "
+            f"take in_channels = {in_channels}: replace model.conv1 by nn.Conv2d(in_channels, "
+            "64, kernel_size=7, stride=2, padding=3, bias=False); repeating a grey image "
+            "three times to fit an RGB conv1 is not what is asked"
+        )
+    if conv.out_channels != 64:
+        raise AssertionError(
+            f"for {where}: conv1 makes {conv.out_channels} channels; it must make 64, the "
+            "channels that bn1 and layer1 expect"
+        )
+    kernel, stride = _pair(conv.kernel_size), _pair(conv.stride)
+    if kernel != (7, 7) or stride != (2, 2):
+        grid = _grid(conv, model.maxpool)
+        yours = f" (yours gives {grid}×{grid})" if grid not in (None, 7) else ""
+        raise AssertionError(
+            f"for {where}: conv1 is a {kernel[0]}×{kernel[1]} convolution of stride "
+            f"{stride[0]}: the stem must stay torchvision's 7×7 convolution of stride 2 "
+            f"(padding 3), so that it and the max-pool take a 28×28 image to a 7×7 "
+            f"grid{yours}, the ViT's grid of 4×4-pixel patches"
+        )
+    if conv.padding != (3, 3):
+        raise AssertionError(
+            f"for {where}: conv1 has padding={conv.padding}; torchvision's 7×7 stem pads by "
+            "3, which takes a 28×28 image to 14×14 (then 7×7 after the max-pool)"
+        )
+    if conv.bias is not None:
+        raise AssertionError(
+            f"for {where}: conv1 has a bias: build it with bias=False, as torchvision does; "
+            "the BatchNorm right after it (bn1) adds its own shift β, which makes a bias "
+            "redundant"
+        )
+    _check_pool(model, where)
+
+
+def _check_pool(model: nn.Module, where: str) -> None:
+    """The max-pool after conv1 must be torchvision's, untouched."""
+    conv, pool = model.conv1, model.maxpool
+    if not isinstance(pool, nn.MaxPool2d):
+        grid = _grid(conv, pool)
+        raise AssertionError(
+            f"for {where}: the max-pool after conv1 is gone (model.maxpool is "
+            f"{type(pool).__name__}): keep torchvision's 3×3 max-pool of stride 2; with the "
+            f"7×7 stride-2 conv1 it takes a 28×28 image to a 7×7 grid (yours: {grid}×{grid})"
+        )
+    if (_pair(pool.kernel_size), _pair(pool.stride), _pair(pool.padding)) != (
+        (3, 3),
+        (2, 2),
+        (1, 1),
+    ):
+        raise AssertionError(
+            f"for {where}: the max-pool must stay torchvision's: kernel 3, stride 2, padding "
+            "1; only conv1 changes"
+        )
+
+
+def _check_head(model: nn.Module, num_classes: int, where: str) -> None:
+    """The head ``fc`` must be a ``Linear(512, num_classes)``."""
+    fc = model.fc
+    if not isinstance(fc, nn.Linear):
+        raise AssertionError(
+            f"for {where}: model.fc must be the Linear head, got {type(fc).__name__}"
+        )
+    if fc.out_features == num_classes:
+        return
+    imagenet = ", ImageNet's classes," if fc.out_features == 1000 else ","
+    still = "still " if fc.out_features == 1000 else ""
+    raise AssertionError(
+        f"for {where}: the head fc {still}has {fc.out_features} outputs{imagenet} not "
+        f"num_classes = {num_classes}: build the model with resnet18(num_classes=num_classes), "
+        "whose fc is a Linear(512, num_classes)"
+    )
+
+
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def _check_the_rest(model: nn.Module, in_channels: int, num_classes: int, where: str) -> None:
+    """Every parameter but conv1's has the name and shape of the reference's."""
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        want = _shapes(resnet18_greyscale(in_channels, num_classes))
+    got = _shapes(model)
+    if got == want:
+        return
+    missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
+    reshaped = [
+        f"{name} {got[name]} instead of {want[name]}"
+        for name in sorted(want.keys() & got.keys())
+        if got[name] != want[name]
+    ]
+    parts = [
+        f"{what}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+        for what, names in [("missing", missing), ("extra", extra), ("reshaped", reshaped)]
+        if names
+    ]
+    count_got = sum(p.numel() for p in model.parameters())
+    count_want = sum(torch.Size(shape).numel() for shape in want.values())
+    raise AssertionError(
+        f"for {where}: the model has {count_got:,} parameters, torchvision's ResNet-18 with "
+        f"the new conv1 {count_want:,}; only conv1 may change ({'; '.join(parts)})"
+    )
+
+
+@checker
+def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
+    """Grade a learner's ``fn(in_channels, num_classes) -> nn.Module``.
+
+    It must return torchvision's ResNet-18, ``torchvision.models.resnet18(num_classes=...)``,
+    with its first convolution ``conv1`` replaced by
+    ``nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)``, and
+    nothing else changed: with the max-pool, that stem takes a 28×28 image to a 7×7 grid.
+    The checker compares the structure (conv1, the max-pool, the head, every parameter's
+    shape) with :func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`'s, and runs the
+    model on a batch; the initial weights are free.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> check_greyscale_resnet(resnet18_greyscale)
+        Correct! check_greyscale_resnet: torchvision's ResNet-18 with a 7×7 stride-2
+        conv1 of 1 and 3 channels; 11,175,370 parameters for 1 channel and 10 classes.
+    """
+    from torchvision.models import ResNet  # an optional dependency: imported when needed
+
+    counts = []
+    for in_channels, num_classes in [(1, 10), (3, 5)]:
+        where = f"in_channels={in_channels}, num_classes={num_classes}"
+        model = call_safely(fn, (in_channels, num_classes), where)
+        if not isinstance(model, ResNet):
+            wrapped = isinstance(model, nn.Module) and any(
+                isinstance(m, ResNet) for m in model.modules()
+            )
+            hint = (
+                ": replace its conv1 rather than wrapping it; conv1 must take in_channels"
+                if wrapped
+                else ", from torchvision.models.resnet18(num_classes=num_classes)"
+            )
+            raise AssertionError(
+                f"for {where}: return the ResNet itself (a torchvision.models.ResNet), got "
+                f"{type(model).__name__}{hint}"
+            )
+        _check_stem(model, in_channels, where)
+        _check_head(model, num_classes, where)
+        _check_the_rest(model, in_channels, num_classes, where)
+        images = torch.randn(2, in_channels, 28, 28, dtype=model.conv1.weight.dtype)
+        was_training = model.training
+        logits = call_safely(model.eval(), (images,), f"a (2, {in_channels}, 28, 28) batch")
+        model.train(was_training)
+        if not isinstance(logits, Tensor) or logits.shape != (2, num_classes):
+            shape = shape_of(logits)
+            raise AssertionError(
+                f"for {where}: a (2, {in_channels}, 28, 28) batch gives {shape}, not the "
+                f"logits (2, {num_classes}), one row per image"
+            )
+        counts.append(sum(p.numel() for p in model.parameters()))
+    passed(
+        "check_greyscale_resnet",
+        "torchvision's ResNet-18 with a 7×7 stride-2 conv1 of 1 and 3 channels; "
+        f"{counts[0]:,} parameters for 1 channel and 10 classes.",
+    )
