@@ -1,28 +1,77 @@
-"""Rules that keep the package easy to read (STYLE.md, "Habits that keep the code easy to change")."""
+"""The layout CONTRIBUTING.md describes ("Where code goes", "Habits"), enforced.
+
+Each test names the rule and the place that breaks it.
+"""
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vit_tutorial"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vit_tutorial"
 MODULES = sorted(PACKAGE.rglob("*.py"))
+CORE = [p for p in MODULES if "exercises" not in p.relative_to(PACKAGE).parts]
 MAX_FUNCTION_LINES = 60
+#: Functions allowed to be longer: the one training loop reads top to bottom, as DeiT's
+#: ``train_one_epoch`` does, rather than as fourteen pieces passing a private state around.
+LONGER = {("engine.py", "fit"): 120}  # about 40 of them its docstring
+MAX_MODULE_LINES = 400
+#: The core package (every module but the exercise checkers), experiments included. The
+#: goal is 5,500 lines; the re-cut of the training half (issue 23) reached 6,500, and this
+#: cap keeps it from growing while the model half is made shorter.
+MAX_CORE_LINES = 6500
+#: Modules that define layers and models: they know nothing of how they are trained.
+MODEL_MODULES = ["attention", "patches", "positional", "encoder", "vit", "axial", "interop", "mae"]
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def _name(path):
+    return str(path.relative_to(PACKAGE))
+
+
+def _imports(path):
+    """The ``vit_tutorial`` modules ``path`` imports from."""
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name.startswith("vit_tutorial")}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_function_is_longer_than_a_screen(path):
     tree = ast.parse(path.read_text())
     long = [
         f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and node.end_lineno - node.lineno + 1
+        > LONGER.get((_name(path), node.name), MAX_FUNCTION_LINES)
     ]
-    assert not long, f"{path.name}: split {long} into named steps"
+    assert not long, f"{_name(path)}: split {long} into named steps"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", MODULES, ids=_name)
+def test_no_module_is_longer_than_a_short_read(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, (
+        f"{_name(path)} has {lines} lines (at most {MAX_MODULE_LINES})"
+    )
+
+
+def test_the_core_package_stays_small():
+    counts = {_name(p): len(p.read_text().splitlines()) for p in CORE}
+    total = sum(counts.values())
+    largest = sorted(counts.items(), key=lambda item: -item[1])[:5]
+    assert total <= MAX_CORE_LINES, f"{total} lines in the core package; largest: {largest}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_module_imports_a_private_name_of_another(path):
     tree = ast.parse(path.read_text())
     private = [
@@ -34,4 +83,93 @@ def test_no_module_imports_a_private_name_of_another(path):
         for alias in node.names
         if alias.name.startswith("_")
     ]
-    assert not private, f"{path.name} imports private names {private}: give them a public home"
+    assert not private, f"{_name(path)} imports private names {private}: give them a public home"
+
+
+@pytest.mark.parametrize("name", MODEL_MODULES)
+def test_no_model_module_knows_how_it_is_trained(name):
+    imported = _imports(PACKAGE / f"{name}.py")
+    training = {"vit_tutorial.engine", "vit_tutorial.recipes", "vit_tutorial.finetune"}
+    assert not imported & training, f"{name}.py imports {imported & training}"
+
+
+@pytest.mark.parametrize("path", CORE, ids=_name)
+def test_only_fit_steps_an_optimiser(path):
+    """One loop: no library module calls ``.step()`` (an optimiser's, a scheduler's)
+    outside :func:`vit_tutorial.engine.fit`."""
+    tree = ast.parse(path.read_text())
+    fit = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fit"), None)
+    inside_fit = {id(n) for n in ast.walk(fit)} if _name(path) == "engine.py" and fit else set()
+    steps = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "step"
+        and id(node) not in inside_fit
+    ]
+    assert not steps, f"{_name(path)} steps an optimiser outside fit, at lines {steps}"
+
+
+@pytest.mark.parametrize("path", [p for p in CORE if "experiments" not in p.parts], ids=_name)
+def test_the_library_does_not_import_the_experiments(path):
+    assert not any(name.startswith("vit_tutorial.experiments") for name in _imports(path))
+
+
+def test_each_experiment_module_belongs_to_a_chapter():
+    for path in sorted((PACKAGE / "experiments").glob("ch*.py")):
+        number = re.fullmatch(r"ch(\d\d)\.py", path.name)
+        assert number, f"experiments/{path.name}: name it chNN.py after its chapter"
+        chapters = list((ROOT / "book").glob(f"{number[1]}_*.ipynb"))
+        assert chapters, f"experiments/{path.name} has no chapter book/{number[1]}_*.ipynb"
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    pattern = re.compile(r"\.\./shared|shared/STYLE")
+    citing = [
+        name
+        for name in files
+        if name != "tests/test_code_layout.py"
+        and (ROOT / name).is_file()
+        and name.endswith((".py", ".md", ".ipynb", ".toml", ".yml", ".cfg", ".txt"))
+        and pattern.search((ROOT / name).read_text(errors="ignore"))
+    ]
+    assert not citing, f"these files cite a file outside the repository: {citing}"
+
+
+# --- Adding a chapter: the places a forgotten step shows up ----------------------------------
+
+CHAPTERS = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _last_markdown(chapter):
+    import json
+
+    cells = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())["cells"]
+    return "".join([c for c in cells if c["cell_type"] == "markdown"][-1]["source"])
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_chapter_is_in_the_intro_map_and_its_summary_links_the_next(chapter):
+    intro = (ROOT / "book" / "intro.md").read_text()
+    assert f"| {{doc}}`{chapter}` |" in intro, f"book/intro.md's chapter map lacks {chapter}"
+    following = CHAPTERS[CHAPTERS.index(chapter) + 1 :] or [CHAPTERS[0]]
+    link = f"{{doc}}`{following[0]}`"
+    assert link in _last_markdown(chapter), f"{chapter}'s summary should link {link}"
+
+
+def test_every_module_has_a_section_on_the_api_page():
+    api = (ROOT / "book" / "api.md").read_text()
+    documented = set(re.findall(r"automodule:: (vit_tutorial[\w.]*)", api))
+    modules = {
+        ".".join(("vit_tutorial", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        )
+        for p in MODULES
+        if not p.name.startswith("_") or p.name == "__init__.py"
+    } - {"vit_tutorial", "vit_tutorial.exercises", "vit_tutorial.train"}
+    missing = sorted(modules - documented)
+    assert not missing, f"book/api.md has no automodule section for {missing}"
