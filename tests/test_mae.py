@@ -248,3 +248,30 @@ def test_bad_inputs_are_refused():
         masked_patch_loss(torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="these fields changed"):
         small_mae().to_vit(10, depth=3)
+
+
+def test_pretraining_through_fit_is_bit_identical_to_the_loop_it_replaced():
+    """The committed chapter 9 results were made by mae.pretrain, a loop of its own (commit
+    d341dd4). This is that loop; fit must end with the same weights, bit for bit, on the CPU,
+    so those results stand for the new code too."""
+    from vit_tutorial.engine import param_groups, warmup_cosine
+
+    loader = make_loader(TensorDataset(mirrored_images(), torch.zeros(64)), 16, shuffle=True)
+    settings = FitSettings(epochs=2, lr=3e-3, warmup_epochs=0.5, betas=(0.9, 0.95))
+    old = small_mae()
+    optimizer = torch.optim.AdamW(param_groups(old, 0.05), lr=3e-3, betas=(0.9, 0.95))
+    schedule = warmup_cosine(optimizer, 2, 8)
+    torch.manual_seed(1)
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        for images, _ in loader:
+            loss = old(images).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    new = small_mae()
+    torch.manual_seed(1)
+    fit(new, loader, None, settings, loss=mae_loss, device="cpu", progress=False)
+    for (name, a), b in zip(old.state_dict().items(), new.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -48,7 +49,7 @@ from vit_tutorial.encoder import Encoder
 from vit_tutorial.losses import masked_patch_loss
 from vit_tutorial.patches import PatchEmbedding, image_to_patches, patches_to_image
 from vit_tutorial.positional import sinusoidal_2d
-from vit_tutorial.validate import check_bool, check_int, check_real
+from vit_tutorial.validate import check_bool, check_int, check_real, trusted
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
 __all__ = ["MAEOutput", "MaskedAutoencoder", "normalized_patches", "random_masking"]
@@ -168,17 +169,20 @@ class MaskedAutoencoder(nn.Module):
         _check_encoder(c)
         _check_decoder(decoder_dim, decoder_depth, decoder_heads, mask_ratio, norm_pix_loss)
         self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
-        self.patch_embed = PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.dim)
+        # c and the decoder's fields are validated: layers are built without checking again
+        self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         grid, patch_pixels = self.patch_embed.grid_size, math.prod(self.patch_embed.patch_size)
         self.register_buffer("pos_table", sinusoidal_2d(grid, c.dim)[None], persistent=False)
-        self.encoder = Encoder(c.dim, c.depth, c.num_heads, c.drop_path, **c.block_options())
+        self.encoder = trusted(Encoder, c.block, c.drop_path_rates())
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.decoder_embed = nn.Linear(c.dim, decoder_dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_dim))
         table = sinusoidal_2d(grid, decoder_dim)[None]
         self.register_buffer("decoder_pos_table", table, persistent=False)
-        options = {**c.block_options(), "dropout": 0.0, "attn_dropout": 0.0}
-        self.decoder = Encoder(decoder_dim, decoder_depth, decoder_heads, **options)
+        options = dict(dim=decoder_dim, num_heads=decoder_heads, dropout=0.0, attn_dropout=0.0)
+        self.decoder = trusted(
+            Encoder, dataclasses.replace(c.block, **options), [0.0] * decoder_depth
+        )
         self.decoder_norm = nn.LayerNorm(decoder_dim, eps=c.norm_eps)
         self.decoder_pred = nn.Linear(decoder_dim, patch_pixels * c.in_channels)
         self._init_weights()

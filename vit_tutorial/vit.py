@@ -106,11 +106,6 @@ class TransformerConfig:
             raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got {self.pos_embed!r}")
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
 
-    def block_options(self) -> dict[str, Any]:
-        """The keywords of ``block`` but ``dim`` and ``num_heads``, for :class:`Encoder` & co."""
-        options = dataclasses.asdict(self.block)
-        return {k: v for k, v in options.items() if k not in ("dim", "num_heads")}
-
     def drop_path_rates(self) -> list[float]:
         """Each block's stochastic-depth rate, as :func:`~vit_tutorial.encoder.drop_path_rates`."""
         return torch.linspace(0, self.drop_path, self.depth, device="cpu").tolist()
