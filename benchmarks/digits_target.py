@@ -5,7 +5,7 @@ Target (issue 5): at least 98.4% test accuracy on the stratified 80/20 digits sp
 on a 2-core CPU. The classical baseline, scikit-learn's RBF SVM on the same split, is
 printed for reference (98.33%).
 
-The recipe is the CLI default, ``python -m vit_tutorial.train --dataset digits`` (preset
+The recipe is the CLI default, ``python -m vit_tutorial.cli train --dataset digits`` (preset
 ``digits`` in :data:`vit_tutorial.recipes.RECIPES`). "Training time" is the time spent in
 training steps as recorded by :func:`vit_tutorial.engine.fit`; the per-epoch evaluation
 is excluded and reported separately in the wall time. Torch keeps its default number of

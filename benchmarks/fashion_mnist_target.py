@@ -7,7 +7,7 @@ C=10 (the "Benchmark" section of github.com/zalandoresearch/fashion-mnist, from 
 al. 2017); it is quoted, not re-measured here (an SVC on 60,000 images takes far longer
 than the budget). Stretch: 91.5%.
 
-The recipe is the CLI's, ``python -m vit_tutorial.train --dataset fashion-mnist`` (preset
+The recipe is the CLI's, ``python -m vit_tutorial.cli train --dataset fashion-mnist`` (preset
 ``fashion-mnist`` in :data:`vit_tutorial.recipes.RECIPES`): the hybrid ViT with a
 convolutional stem, without augmentation. It trains on the 55,000 training images left
 after the fixed 5,000-image validation split, which picks nothing; the test set is used

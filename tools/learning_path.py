@@ -51,7 +51,7 @@ CHAPTERS = (
     Chapter(
         "book/06_training",
         "Training on digits",
-        ("data", "engine", "recipes", "checkpoint", "train"),
+        ("data", "engine", "losses", "recipes", "cli"),
         ("vit",),
     ),
     Chapter(
