@@ -5,8 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
-from pathlib import Path
 
 import pytest
 import torch
@@ -130,8 +128,11 @@ def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
 
 
 def test_the_console_script_is_the_cli():
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"] == {"vit-tutorial": "vit_tutorial.cli:command"}
+    """As installed: the entry point pyproject.toml declares (tomllib is Python 3.11+)."""
+    from importlib.metadata import entry_points
+
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts.get("vit-tutorial") == "vit_tutorial.cli:command"
 
 
 @pytest.mark.parametrize("module", ["vit_tutorial.cli", "vit_tutorial.train"])
