@@ -1,24 +1,14 @@
 """Axial attention: attend along each column, then along each row (chapter 7).
 
-Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` patch tokens compares every
-token with every other: ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is
-stored. (The models here have no class token, so the sequence that attention sees is the
-grid itself: ``T = N``.) Axial attention (Ho et al. 2019, Wang et al. 2020) splits it in
-two layers: in the **height** layer a token attends only to the tokens of its column, in
-the **width** layer only to those of its row. Each layer costs ``O(N·Gh)`` or
-``O(N·Gw)``, that is ``O(N·√N)`` on a square grid, and after both every token has heard
-from every other one (through the token where its row meets the other token's column).
-
-:class:`AxialAttention` applies a :class:`~vit_tutorial.attention.MultiHeadSelfAttention`
-with the other axis folded into the batch (:func:`along_axis`), so it has the same
-parameters and the same fused and explicit paths. :class:`AxialViT` stacks
-:class:`AxialEncoderBlock` s and, having no class token, averages the tokens.
-:func:`attention_flops` counts what a layer costs; :func:`vit_tutorial.measure.peak_memory`
-and :func:`vit_tutorial.measure.median_seconds` measure it on the CPU.
-
-Shapes: B batch, Gh×Gw patch grid, N = Gh·Gw patches, T = N tokens in a flattened grid
-(no class token), D model width, h heads; a column is a sequence of Gh tokens, a row one
-of Gw.
+Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` patch tokens (no class token here, so
+``T = N``) costs ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial
+attention (Ho et al. 2019, Wang et al. 2020) splits it in a **height** layer, where a token attends
+only to its column, and a **width** layer, only to its row: ``O(N·Gh)`` and ``O(N·Gw)``, ``O(N·√N)``
+on a square grid, and after both every token has heard from every other one (through the token where
+its row meets the other's column). :func:`attention_flops` counts the cost;
+:func:`vit_tutorial.measure.peak_memory` and :func:`vit_tutorial.measure.median_seconds` measure it
+on the CPU. Shapes: B batch, Gh×Gw grid, N = Gh·Gw patches, T = N tokens, D width, h heads; a column
+is Gh tokens, a row Gw.
 """
 
 from __future__ import annotations
@@ -33,12 +23,8 @@ from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
-from vit_tutorial.patches import IntOrPair, PatchEmbedding, pair
-from vit_tutorial.positional import (
-    LearnedPositionalEmbedding,
-    SinusoidalEmbedding2D,
-    grid_coordinates,
-)
+from vit_tutorial.patches import IntOrPair, PatchEmbedding, grid_coordinates, pair
+from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
 from vit_tutorial.validate import check_int, check_real, trusted
 from vit_tutorial.vit import TransformerConfig
 
@@ -69,14 +55,9 @@ def _check_axis(axis: str) -> None:
 def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
     """Apply ``fn`` to every column (``'height'``) or every row (``'width'``) of a grid.
 
-    The other axis is folded into the batch, ``fn`` sees a batch of short sequences
-    ``(B·Gw, Gh, D)`` or ``(B·Gh, Gw, D)``, and its output is put back on the grid.
-
-    Args:
-        x: a grid of tokens, shape ``(B, Gh, Gw, D)``.
-        fn: maps a batch of sequences ``(B', T, D)`` to ``(B', T, D')``, e.g. a
-            multi-head self-attention; here ``T`` is ``Gh`` or ``Gw``.
-        axis: ``'height'`` or ``'width'``.
+    The other axis of the grid ``x`` ``(B, Gh, Gw, D)`` is folded into the batch; ``fn`` (e.g. a
+    multi-head self-attention) maps the short sequences ``(B·Gw, Gh, D)`` or ``(B·Gh, Gw, D)``
+    to ``(·, ·, D')``, and its output is put back on the grid.
 
     Example:
         >>> x = torch.randn(2, 3, 5, 4)
@@ -95,19 +76,11 @@ def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
 class AxialAttention(nn.Module):
     """Multi-head self-attention along one axis of a ``(B, Gh, Gw, D)`` grid of tokens.
 
-    With ``axis='height'`` each token attends to the ``Gh`` tokens of its column; with
-    ``axis='width'``, to the ``Gw`` tokens of its row. The layer applies its
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` ``attn`` to ``B·Gw`` columns
-    or ``B·Gh`` rows as a batch of short sequences (:func:`along_axis`); it equals full
-    attention over the flattened grid with the mask :func:`axial_mask`.
-
-    Args:
-        dim: model width D.
-        num_heads: number of heads h; ``dim`` must be divisible by it.
-        axis: ``'height'`` or ``'width'``.
-        **attention_options: the other arguments of
-            :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (``qkv_bias``,
-            ``attn_dropout``, ``proj_dropout``), by keyword.
+    With ``axis='height'`` each token attends to the ``Gh`` tokens of its column; with ``'width'``,
+    to the ``Gw`` tokens of its row. ``dim``, ``num_heads`` and ``**attention_options`` build its
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` ``attn`` (same parameters, same fused
+    and explicit paths), which sees the ``B·Gw`` columns or ``B·Gh`` rows as a batch
+    (:func:`along_axis`): full attention over the flattened grid with the mask :func:`axial_mask`.
 
     Example:
         >>> attn = AxialAttention(dim=32, num_heads=4, axis="height")
@@ -147,10 +120,7 @@ class AxialAttention(nn.Module):
     def forward_with_weights(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`forward` on the explicit path, and the attention weights.
 
-        Returns:
-            ``(out, weights)``: ``out`` of shape ``(B, Gh, Gw, D)``, and one matrix per
-            column, ``(B, Gw, h, Gh, Gh)``, for ``'height'``, or per row,
-            ``(B, Gh, h, Gw, Gw)``, for ``'width'``.
+        One matrix per column, ``(B, Gw, h, Gh, Gh)``, or per row, ``(B, Gh, h, Gw, Gw)``.
         """
         self._check(x)
         kept = []
@@ -177,15 +147,9 @@ class AxialEncoderBlock(nn.Module):
         x = x + DropPath(WidthAttention(LN(x)))
         x = x + DropPath(MLP(LN(x)))
 
-    After one block every token depends on every other token of the grid.
-
-    Args:
-        dim: model width D.
-        num_heads: attention heads h (in each of the two attention layers).
-        drop_path: stochastic-depth probability of each residual branch.
-        **options: the fields of :class:`~vit_tutorial.encoder.BlockOptions` (``mlp_ratio``,
-            ``qkv_bias``, ``dropout``, ``attn_dropout``, ``norm_eps``), by keyword, as for
-            :class:`~vit_tutorial.encoder.EncoderBlock`.
+    After one block every token depends on every other token of the grid. The arguments are
+    those of :class:`~vit_tutorial.encoder.EncoderBlock` but ``norm_first`` (``num_heads``
+    for each of the two attention layers).
 
     Example:
         >>> AxialEncoderBlock(dim=32, num_heads=4)(torch.randn(2, 4, 6, 32)).shape
@@ -220,8 +184,8 @@ class AxialViTConfig(TransformerConfig):
     """Every choice that defines an :class:`AxialViT` (defaults: ViT-B/16 sizes).
 
     Exactly the fields of :class:`~vit_tutorial.vit.TransformerConfig`: ``depth`` counts
-    :class:`AxialEncoderBlock` s, and ``pos_embed`` is ``'learned'`` or ``'sincos2d'``
-    (fixed). There is no ``pool`` field: the model always averages the tokens.
+    :class:`AxialEncoderBlock` s, ``pos_embed`` is ``'learned'`` or ``'sincos2d'`` (fixed), and
+    there is no ``pool`` field: the model always averages the tokens.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
@@ -235,18 +199,14 @@ class AxialViT(nn.Module):
         images (B, C, H, W) -> PatchEmbedding -> (B, N, D) -> + position -> (B, Gh, Gw, D)
           -> AxialEncoderBlock × depth -> mean over the grid -> LayerNorm -> Linear -> logits
 
-    **No class token.** A class token is not on the grid, so it has no row or column to
-    attend along; it would need its own global attention (``O(N)`` per layer, cheap, but a
-    third kind of layer). This model averages the tokens instead, as ViT does with
-    ``pool='mean'``; after one block every token has seen the whole image, so the average
-    does too. Trainable with :func:`vit_tutorial.engine.fit`.
+    **No class token.** It is not on the grid, so it has no row or column to attend along; it would
+    need its own global attention (``O(N)`` per layer, cheap, but a third kind of layer). The model
+    averages the tokens instead, as ViT does with ``pool='mean'``; after one block every token has
+    seen the whole image, so the average does too. Trainable with :func:`vit_tutorial.engine.fit`.
 
     Args:
-        config: the configuration; ``None`` means the defaults.
+        config: an :class:`AxialViTConfig`, kept as ``config``; ``None``: the defaults.
         **fields: :class:`AxialViTConfig` fields, overriding those of ``config``.
-
-    Attributes:
-        config: the :class:`AxialViTConfig` the model was built from.
 
     Example:
         >>> model = AxialViT(image_size=32, patch_size=4, dim=32, depth=2, num_heads=4,
@@ -258,7 +218,6 @@ class AxialViT(nn.Module):
     def __init__(self, config: AxialViTConfig | None = None, **fields: Any) -> None:
         super().__init__()
         self.config = c = AxialViTConfig.resolve(config, **fields)
-        # c is validated: its layers are built without checking again (validate.trusted)
         self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         self.grid_size = self.patch_embed.grid_size
         if c.pos_embed == "learned":
@@ -266,9 +225,8 @@ class AxialViT(nn.Module):
         else:
             self.pos_embed = trusted(SinusoidalEmbedding2D, self.grid_size, c.dim, 0)
         self.pos_drop = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            trusted(AxialEncoderBlock, c.block, rate) for rate in c.drop_path_rates()
-        )
+        rates = c.drop_path_rates()
+        self.blocks = nn.ModuleList(trusted(AxialEncoderBlock, c.block, r) for r in rates)
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes)
         self.apply(init_weights)
@@ -295,15 +253,10 @@ class AxialViT(nn.Module):
 def axial_mask(grid_size: IntOrPair, axis: str) -> Tensor:
     """Which token may attend to which in one axial layer, on the flattened grid.
 
-    Args:
-        grid_size: ``G`` or ``(Gh, Gw)``; tokens are numbered row-major.
-        axis: ``'height'`` (same column) or ``'width'`` (same row).
-
-    Returns:
-        A boolean ``(N, N)`` mask over the grid's ``N = Gh·Gw`` tokens, ``True`` = may
-        attend (row: the query, column: the key), for the ``attn_bias`` of a
-        :class:`~vit_tutorial.attention.MultiHeadSelfAttention` given the flattened grid
-        ``(B, T, D)``, ``T = N``.
+    A boolean ``(N, N)`` mask over the ``N = Gh·Gw`` tokens of a ``grid_size`` ``G`` or
+    ``(Gh, Gw)``, numbered row-major: ``True`` = the query (row) may attend to the key (column)
+    in the same column (``axis='height'``) or row (``'width'``). It is the ``attn_bias`` of a
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` given the flattened grid ``(B, N, D)``.
 
     Example:
         >>> axial_mask((2, 3), "width").int()  # two rows of three tokens
@@ -324,12 +277,9 @@ def attention_flops(grid_size: IntOrPair, dim: int, kind: str) -> int:
     """Floating-point operations of one attention layer on a ``Gh × Gw`` grid, by formula.
 
     A multiply-add counts as 2 FLOPs; softmax, scaling and biases are left out. With
-    ``N = Gh·Gw``:
-
-    * ``'full'``: projections ``8·N·D²`` (q, k, v and output) plus ``4·N²·D``
-      (``Q Kᵀ`` and ``A V``);
-    * ``'axial'``: a height layer and a width layer, ``16·N·D²`` plus
-      ``4·N·(Gh + Gw)·D``.
+    ``N = Gh·Gw``, ``kind='full'`` costs ``8·N·D²`` for the projections (q, k, v and output)
+    plus ``4·N²·D`` (``Q Kᵀ`` and ``A V``); ``'axial'``, a height and a width layer,
+    ``16·N·D²`` plus ``4·N·(Gh + Gw)·D``.
 
     Example:
         >>> full, axial = (attention_flops(64, 64, kind) for kind in ("full", "axial"))

@@ -1,25 +1,15 @@
 """The Transformer encoder block and the stack of blocks (chapter 4).
 
 One block of ViT is two residual branches, each behind a LayerNorm ("pre-norm"):
-
-.. code-block:: text
-
-    x = x + DropPath(Attention(LN(x)))
-    x = x + DropPath(MLP(LN(x)))
-
-:class:`EncoderBlock` also offers the original post-norm arrangement of Vaswani et al.
-(``norm_first=False``, ``x = LN(x + Attention(x))``) so the two can be compared; the
-:class:`Encoder` stacks pre-norm blocks with a stochastic-depth rate rising linearly
-from 0 in the first block to ``drop_path`` in the last, as in DeiT and timm.
-
-Parameter names follow timm (``norm1``, ``attn.qkv``, ``mlp.fc1`` ...), so its checkpoints
-map onto these modules one to one. Shapes: B batch, T tokens, D model width, h heads.
+``x = x + DropPath(Attention(LN(x)))``, then ``x = x + DropPath(MLP(LN(x)))``. Parameter names
+follow timm (``norm1``, ``attn.qkv``, ``mlp.fc1`` ...), so its checkpoints map onto these
+modules one to one. Shapes: B batch, T tokens, D model width, h heads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -43,14 +33,11 @@ __all__ = [
 def init_weights(module: nn.Module) -> None:
     """timm's and DeiT's initialisation of a Linear layer; apply it with ``model.apply``.
 
-    Weights from a normal of std 0.02 truncated at ±2 std, zero biases; other modules are
-    left as PyTorch made them. timm's ``init_weights_vit_timm`` calls ``trunc_normal_``
-    with its default bounds, ±2 in absolute units, which do not truncate at all with std
-    0.02; cutting at ±2 std makes the std 0.02 × 0.880 ≈ 0.0176 instead (chapter 3).
-
-    The reference ViT (``vit_jax/models_vit.py``) initialises differently: Xavier-uniform
-    kernels for the attention and the MLP, MLP biases from N(0, 1e-6²), other biases zero;
-    chapter 4 compares the two schemes.
+    Weights from a normal of std 0.02 truncated at ±2 std (std 0.02 × 0.880 ≈ 0.0176, chapter 3),
+    zero biases; other modules keep PyTorch's. timm's ``init_weights_vit_timm`` keeps
+    ``trunc_normal_``'s bounds, ±2 in absolute units, no truncation at std 0.02. The reference
+    ViT (``vit_jax/models_vit.py``) uses Xavier-uniform kernels, MLP biases from N(0, 1e-6²),
+    other biases zero (chapter 4).
 
     Example:
         >>> layer = nn.Linear(256, 256).apply(init_weights)
@@ -78,14 +65,10 @@ def drop_path_rates(drop_path: float, depth: int) -> list[float]:
 class MLP(nn.Module):
     """The position-wise feed-forward network: Linear, GELU, dropout, Linear, dropout.
 
-    The GELU is the exact one, ``x·Φ(x)``, as in timm and torchvision. The reference JAX
-    code calls flax's ``nn.gelu``, whose default is the tanh approximation; the two differ
-    by at most about 5e-4 per activation (chapter 4).
-
-    Args:
-        dim: model width D (input and output).
-        hidden_dim: width of the hidden layer, ``mlp_ratio · D`` in ViT (3072 for D = 768).
-        dropout: dropout after the activation and after the second layer.
+    ``dim`` is D (in and out), ``hidden_dim`` is ``mlp_ratio · D`` in ViT (3072 for D = 768),
+    ``dropout`` follows the activation and the second layer. The GELU is the exact ``x·Φ(x)`` of
+    timm and torchvision; the reference JAX code calls flax's ``nn.gelu``, by default the tanh
+    approximation, at most about 5e-4 away (chapter 4).
 
     Example:
         >>> MLP(dim=8, hidden_dim=32)(torch.randn(2, 5, 8)).shape
@@ -99,7 +82,7 @@ class MLP(nn.Module):
     def _build(self, dim: int, hidden_dim: int, dropout: float) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()  # exact x·Φ(x) as in timm, torchvision; the JAX ViT: tanh form
+        self.act = nn.GELU()
         self.drop1 = nn.Dropout(dropout)
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop2 = nn.Dropout(dropout)
@@ -112,14 +95,9 @@ class MLP(nn.Module):
 def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
     """Stochastic depth: zero the whole sample with probability ``p``, else scale by 1/(1-p).
 
-    Unlike dropout, which zeroes single numbers, one coin is tossed per sample (per row of
-    the batch), so a dropped sample skips the residual branch entirely. The scaling keeps
-    the expected value unchanged; at evaluation (``training=False``) it is the identity.
-
-    Args:
-        x: the output of a residual branch, shape ``(B, ...)``.
-        p: probability of dropping, in ``[0, 1)``.
-        training: apply only when ``True``.
+    Unlike dropout, which zeroes single numbers, one coin is tossed per sample of a residual
+    branch's output ``x`` ``(B, ...)``, so a dropped sample skips the branch entirely; the
+    scaling keeps the expected value. ``p`` is in ``[0, 1)``; with ``training=False``, identity.
 
     Example:
         >>> x = torch.ones(4, 3)
@@ -142,14 +120,10 @@ def _drop_path(x: Tensor, p: float, training: bool) -> Tensor:
 
 
 class DropPath(nn.Module):
-    """:func:`drop_path` as a module, active in ``train()`` mode only.
-
-    Args:
-        p: probability of dropping a sample's residual branch, in ``[0, 1)``.
-    """
+    """:func:`drop_path` of probability ``p`` in ``[0, 1)`` as a module, active in ``train()``."""
 
     def __init__(self, p: float = 0.0) -> None:
-        drop_path(torch.empty(0), p, training=False)  # ValueError for p outside [0, 1)
+        check_real("drop path probability p", p, 0.0, 1.0, high_open=True)
         self._build(p)
 
     def _build(self, p: float) -> None:
@@ -167,9 +141,6 @@ class DropPath(nn.Module):
 @dataclasses.dataclass(frozen=True)
 class BlockOptions:
     """Everything an encoder block is built from but its drop path: validated once, here.
-
-    The blocks collect their arguments in one, and a model's config makes one (its ``block``);
-    the layers built from it (:meth:`attention`, :meth:`mlp`, the blocks' ``_build``) trust it.
 
     Attributes:
         dim: model width D.
@@ -218,15 +189,10 @@ class BlockOptions:
 class EncoderBlock(nn.Module):
     """One Transformer encoder block: attention and MLP, each in a residual branch.
 
-    Args:
-        dim: model width D.
-        num_heads: attention heads h.
-        drop_path: stochastic-depth probability of each residual branch.
-        norm_first: ``True`` (the default, ViT) puts LayerNorm before each branch
-            ("pre-norm"); ``False`` puts it after each residual sum ("post-norm", the
-            original Transformer), for comparison.
-        **options: the fields of :class:`BlockOptions` (``mlp_ratio``, ``qkv_bias``,
-            ``dropout``, ``attn_dropout``, ``norm_eps``), by keyword.
+    ``dim``, ``num_heads`` and ``**options`` (by keyword) are the fields of :class:`BlockOptions`;
+    ``drop_path`` is the stochastic-depth probability of each branch. ``norm_first=False`` puts
+    LayerNorm after each residual sum, ``x = LN(x + Attention(x))``, as the original
+    Transformer of Vaswani et al. does ("post-norm"), for comparison.
 
     Example:
         >>> block = EncoderBlock(dim=64, num_heads=4)
@@ -259,12 +225,9 @@ class EncoderBlock(nn.Module):
         self.drop_path2 = trusted(DropPath, drop_path)
 
     def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
-        """Apply the block to tokens ``x`` of shape ``(B, T, D)``; same shape out.
+        """Apply the block to tokens ``x`` ``(B, T, D)``; same shape out.
 
-        Args:
-            x: tokens, shape ``(B, T, D)``.
-            attn_bias: additive attention bias broadcastable to ``(B, h, T, T)``, passed
-                to the attention (e.g. a relative position bias).
+        ``attn_bias`` (e.g. a relative position bias) broadcasts to ``(B, h, T, T)``.
         """
         return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
 
@@ -290,16 +253,9 @@ class EncoderBlock(nn.Module):
 class Encoder(nn.Module):
     """A stack of ``depth`` pre-norm :class:`EncoderBlock` s with linearly rising drop path.
 
-    Block ``i`` (0-based) drops its branches with probability ``drop_path · i / (depth-1)``,
-    so the first block is never dropped and the last one most often.
-
-    Args:
-        dim: model width D.
-        depth: number of blocks.
-        num_heads: attention heads h.
-        drop_path: stochastic-depth probability of the last block.
-        **block_options: the fields of :class:`BlockOptions` (``mlp_ratio``, ``qkv_bias``,
-            ``dropout``, ``attn_dropout``, ``norm_eps``), the same for every block.
+    Block ``i`` (0-based) drops its branches with probability ``drop_path · i / (depth-1)``, as
+    in DeiT and timm: the first block never, the last one most often. ``dim``, ``num_heads``
+    and ``**block_options`` are the fields of :class:`BlockOptions`, the same for every block.
 
     Example:
         >>> encoder = Encoder(dim=32, depth=3, num_heads=2, drop_path=0.2)
@@ -317,26 +273,21 @@ class Encoder(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(trusted(EncoderBlock, o, rate) for rate in rates)
 
-    def _biases(self, attn_bias: Tensor | Sequence[Tensor | None] | None) -> list:
-        """One attention bias per block, from one shared bias or a sequence of them."""
+    def _with_biases(self, attn_bias: Tensor | Sequence[Tensor | None] | None) -> Iterator:
+        """Each block with its attention bias, from one shared bias or one per block."""
         if attn_bias is None or isinstance(attn_bias, Tensor):
-            return [attn_bias] * len(self.blocks)
-        if len(attn_bias) != len(self.blocks):
+            attn_bias = [attn_bias] * len(self.blocks)
+        elif len(attn_bias) != len(self.blocks):
             raise ValueError(
                 f"expected one attention bias per block ({len(self.blocks)}), got {len(attn_bias)}"
             )
-        return list(attn_bias)
+        return zip(self.blocks, attn_bias, strict=True)
 
     def forward(
         self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
     ) -> Tensor:
-        """Apply every block in turn to tokens ``x`` of shape ``(B, T, D)``.
-
-        Args:
-            x: tokens, shape ``(B, T, D)``.
-            attn_bias: one bias shared by all blocks, or a sequence with one per block.
-        """
-        for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
+        """Apply every block in turn to tokens ``(B, T, D)``, with one ``attn_bias`` or one each."""
+        for block, bias in self._with_biases(attn_bias):
             x = block(x, bias)
         return x
 
@@ -345,7 +296,7 @@ class Encoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """:meth:`forward`, and the attention weights of every block, ``(B, h, T, T)`` each."""
         maps = []
-        for block, bias in zip(self.blocks, self._biases(attn_bias), strict=True):
+        for block, bias in self._with_biases(attn_bias):
             x, weights = block.forward_with_weights(x, bias)
             maps.append(weights)
         return x, maps

@@ -1,26 +1,18 @@
 """Positional encodings: how a set of patch tokens learns where each patch was (chapter 3).
 
-Attention is blind to order: permute the tokens and the output is permuted the same
-way. Four families of encodings put the place back, plus rotary embeddings:
-
-* :class:`LearnedPositionalEmbedding`: one free vector per position, added to the tokens
-  (ViT, DeiT); :func:`resize_pos_embed` resamples it for a new grid;
-* :class:`SinusoidalEmbedding2D`: the fixed table of :func:`sinusoidal_2d`, added to the
-  tokens like the learned one;
-* :func:`sinusoidal_1d`: the fixed sine/cosine code of Vaswani et al., indexed by the
-  token's place in the sequence;
-* :func:`sinusoidal_2d`: the same code for the row in one half of the channels and for
-  the column in the other half (MAE, simple ViT);
-* :class:`RelativePositionBias`: a learned bias on the attention scores, indexed by the
-  2D offset between two patches (Swin, BEiT);
-* :class:`RotaryEmbedding2D`: queries and keys rotated by angles proportional to the
-  patch's row and column, so that ``q·k`` depends only on their offset (Heo et al., 2024).
-
-Shapes use named axes: B batch, N patches (N = Gh·Gw), T tokens of a sequence (T = N
-plus the prefix tokens, such as the class token), D model width, h heads, d head width,
-Gh×Gw patch grid. Grid positions are numbered row-major, as in
-:func:`vit_tutorial.patches.image_to_patches`; :func:`grid_coordinates` gives each one's
-row and column.
+Attention is blind to order (permute the tokens and the output is permuted the same way);
+these put the place back. :class:`LearnedPositionalEmbedding` adds one free vector per position
+(ViT, DeiT), which :func:`resize_pos_embed` resamples for a new grid. :func:`sinusoidal_1d` is
+the fixed sine/cosine code of Vaswani et al., indexed by the token's place in the sequence;
+:func:`sinusoidal_2d` is that code for the row in one half of the channels and for the column in
+the other (MAE, simple ViT), and :class:`SinusoidalEmbedding2D` adds it to the tokens.
+:class:`RelativePositionBias` is a learned bias on the attention scores, indexed by the 2D
+offset between two patches (Swin, BEiT); :class:`RotaryEmbedding2D` rotates queries and keys
+by angles proportional to the patch's row and column, so that ``q·k`` depends only on their
+offset (Heo et al., 2024). Shapes: B batch, N = Gh·Gw patches, T tokens (N plus prefix tokens
+such as the class token), D model width, h heads, d head width, Gh×Gw patch grid, its positions
+numbered row-major as in :func:`vit_tutorial.patches.image_to_patches` (:func:`grid_coordinates`
+gives each one's row and column).
 """
 
 from __future__ import annotations
@@ -55,16 +47,10 @@ def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
 
-    The table ``weight`` of shape ``(1, T, D)`` starts from a normal of std 0.02 truncated at
-    ±2 std (std 0.0176); the reference ViT and timm do not truncate, which is immaterial.
-
-    Args:
-        num_positions: T, the prefix tokens included.
-        dim: D.
-        grid_size: the ``(Gh, Gw)`` grid the table is laid out on, after
-            ``num_prefix_tokens`` prefix entries; when given, ``forward`` can resample
-            the table for tokens of another grid.
-        num_prefix_tokens: entries before the grid (the class token).
+    The table ``weight`` ``(1, T, D)``, T = ``num_positions`` with the prefix tokens, starts from
+    a normal of std 0.02 truncated at ±2 std (std 0.0176); the reference ViT and timm do not
+    truncate, which is immaterial. Given the ``(Gh, Gw)`` ``grid_size`` of the table after its
+    ``num_prefix_tokens`` entries (the class token), ``forward`` can resample it for another grid.
 
     Example:
         >>> pos = LearnedPositionalEmbedding(num_positions=197, dim=768)
@@ -80,18 +66,14 @@ class LearnedPositionalEmbedding(nn.Module):
         num_prefix_tokens: int = 0,
     ) -> None:
         super().__init__()
-        self.num_positions, self.dim = num_positions, dim
+        self.num_positions, self.dim, self.num_prefix_tokens = num_positions, dim, num_prefix_tokens
         self.grid_size = pair(grid_size, "grid_size") if grid_size is not None else None
-        self.num_prefix_tokens = num_prefix_tokens
         self.weight = nn.Parameter(torch.empty(1, num_positions, dim))
         nn.init.trunc_normal_(self.weight, std=0.02, a=-0.04, b=0.04)
 
     def forward(self, x: Tensor, grid_size: IntOrPair | None = None) -> Tensor:
-        """Return ``x + weight`` for tokens ``x`` of shape ``(B, T, D)``.
-
-        With ``grid_size`` other than the table's, the table is first resampled with
-        :func:`resize_pos_embed`.
-        """
+        """Return ``x + weight`` for tokens ``x`` ``(B, T, D)``, the table first resampled with
+        :func:`resize_pos_embed` for a ``grid_size`` other than its own."""
         table = self.weight
         if grid_size is not None and self.grid_size is not None:
             table = resize_pos_embed(table, self.grid_size, grid_size, self.num_prefix_tokens)
@@ -104,7 +86,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
-    """Interleaved ``sin, cos`` of ``position·ω_i``, ``ω_i = temperature^(-2i/dim)``: ``(P, dim)``."""
+    """``(P, dim)``: interleaved ``sin, cos`` of position × ``ω_i = temperature^(-2i/dim)``."""
     omega = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angles = positions.to(torch.float64)[:, None] * omega  # (P, dim/2)
     codes = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, dim/2, 2)
@@ -114,16 +96,9 @@ def _sincos(positions: Tensor, dim: int, temperature: float) -> Tensor:
 def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> Tensor:
     """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, cos in 2i + 1.
 
-    Channel pair ``i`` turns at frequency ``ω_i = 10000^(-2i/D)``: the first channels change
-    fastest along the sequence, the last ones slowest.
-
-    Args:
-        num_positions: the number of positions, rows of the table.
-        dim: D, even.
-        temperature: the base of the geometric progression of wavelengths (10000).
-
-    Returns:
-        A table of shape ``(num_positions, D)``.
+    A ``(num_positions, D)`` table, D even. Channel pair ``i`` turns at ``ω_i = 10000^(-2i/D)``
+    (``temperature`` is that base of the geometric progression of wavelengths): the first
+    channels change fastest along the sequence, the last ones slowest.
 
     Example:
         >>> sinusoidal_1d(3, 4)
@@ -141,18 +116,11 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
 def sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 10000.0) -> Tensor:
     """A 2D sine/cosine code: channels ``[0, D/2)`` encode the row, ``[D/2, D)`` the column.
 
-    Each half is :func:`sinusoidal_1d` with width D/2, so two patches in the same row share
-    the first half and two patches in the same column share the second. timm's
-    ``build_sincos2d_pos_embed`` and MAE's table hold the same channels in another order
-    (they put all sines of an axis before its cosines, and MAE the column half first).
-
-    Args:
-        grid_size: ``G`` or ``(Gh, Gw)``.
-        dim: D, a multiple of 4 (a sin/cos pair per frequency, for each of two axes).
-        temperature: the base of the wavelengths (10000), as in :func:`sinusoidal_1d`.
-
-    Returns:
-        A table of shape ``(Gh·Gw, D)``, rows in row-major grid order.
+    A ``(Gh·Gw, D)`` table, rows row-major, for a grid ``G`` or ``(Gh, Gw)`` and D a multiple of
+    4 (a sin/cos pair per frequency, for each of two axes). Each half is :func:`sinusoidal_1d` of
+    width D/2, so two patches in the same row share the first half and two in the same column the
+    second. timm's ``build_sincos2d_pos_embed`` and MAE's table hold the same channels in another
+    order (all sines of an axis before its cosines, MAE the column half first).
 
     Example:
         >>> pe = sinusoidal_2d((14, 14), 768)
@@ -170,22 +138,16 @@ def _sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 1e4) -> 
             f"sinusoidal_2d needs dim divisible by 4 (sin and cos for each of two axes), got "
             f"dim={dim}; the nearest valid values are {dim // 4 * 4} and {dim // 4 * 4 + 4}"
         )
-    rows, cols = grid_coordinates(grid_size)  # (N,) each
-    return torch.cat(
-        [_sincos(rows, dim // 2, temperature), _sincos(cols, dim // 2, temperature)], 1
-    )
+    halves = [_sincos(c, dim // 2, temperature) for c in grid_coordinates(grid_size)]
+    return torch.cat(halves, 1)  # (N, D/2) for the rows, then (N, D/2) for the columns
 
 
 class SinusoidalEmbedding2D(nn.Module):
     """The fixed table of :func:`sinusoidal_2d`, added to the tokens; zeros for prefix tokens.
 
-    Nothing is learned: the table is a non-persistent buffer (not in the state dict) and
-    is recomputed for tokens of another grid.
-
-    Args:
-        grid_size: ``G`` or ``(Gh, Gw)``.
-        dim: D, a multiple of 4.
-        num_prefix_tokens: tokens before the grid (class token), which get zeros.
+    Nothing is learned: the table is a non-persistent buffer (not in the state dict),
+    recomputed for tokens of another grid. ``grid_size`` and ``dim`` are as for
+    :func:`sinusoidal_2d`; the ``num_prefix_tokens`` tokens before the grid get zeros.
 
     Example:
         >>> pos = SinusoidalEmbedding2D(grid_size=14, dim=768, num_prefix_tokens=1)
@@ -219,17 +181,12 @@ class SinusoidalEmbedding2D(nn.Module):
 class RelativePositionBias(nn.Module):
     """A learned attention bias per head, indexed by the 2D offset between two patches.
 
-    Patches at ``(r, c)`` and ``(r', c')`` get the entry of their offset ``(r - r', c - c')``
-    in ``table`` (chapter 3's β), one of ``(2Gh - 1)(2Gw - 1)`` entries per head (Swin,
-    BEiT). With prefix tokens (the class token), three more entries per head, as in BEiT:
-    patch → prefix, prefix → patch and prefix → prefix. The table starts from a normal of
-    std 0.02 truncated at ±2 std; Swin calls timm's ``trunc_normal_(std=.02)``, whose
-    absolute bounds ±2 cut nothing, and BEiT starts from zeros.
-
-    Args:
-        grid_size: ``G`` or ``(Gh, Gw)``.
-        num_heads: h.
-        num_prefix_tokens: tokens before the grid (class token, registers).
+    On a grid ``G`` or ``(Gh, Gw)``, patches at ``(r, c)`` and ``(r', c')`` get the entry of their
+    offset ``(r - r', c - c')`` in ``table`` (chapter 3's β), one of ``(2Gh - 1)(2Gw - 1)``
+    entries per head (Swin, BEiT). With ``num_prefix_tokens`` (the class token, registers), three
+    more entries per head, as in BEiT: patch → prefix, prefix → patch and prefix → prefix. The
+    table starts from a normal of std 0.02 truncated at ±2 std; Swin calls timm's
+    ``trunc_normal_(std=.02)``, whose absolute bounds ±2 cut nothing, and BEiT starts from zeros.
 
     Example:
         >>> rpb = RelativePositionBias(grid_size=14, num_heads=12, num_prefix_tokens=1)
@@ -248,19 +205,15 @@ class RelativePositionBias(nn.Module):
         super().__init__()
         gh, gw = self.grid_size = pair(grid_size, "grid_size")
         self.num_heads, self.num_prefix_tokens = num_heads, num_prefix_tokens
-        num_offsets = (2 * gh - 1) * (2 * gw - 1)
-        extra = 3 if num_prefix_tokens else 0
-        self.table = nn.Parameter(torch.empty(num_offsets + extra, num_heads))
+        p = num_prefix_tokens
+        num_offsets = (2 * gh - 1) * (2 * gw - 1)  # and 3 for prefix tokens
+        self.table = nn.Parameter(torch.empty(num_offsets + (3 if p else 0), num_heads))
         nn.init.trunc_normal_(self.table, std=0.02, a=-0.04, b=0.04)
-
         coords = torch.stack(grid_coordinates((gh, gw)))  # (2, Gh·Gw): row, column
         offset = coords[:, :, None] - coords[:, None, :]  # (2, Gh·Gw, Gh·Gw): query - key
         grid_index = (offset[0] + gh - 1) * (2 * gw - 1) + (offset[1] + gw - 1)
-        p = num_prefix_tokens
-        index = torch.empty(p + gh * gw, p + gh * gw, dtype=torch.long)  # (T, T)
-        index[p:, p:] = grid_index
-        index[:p, :] = num_offsets  # prefix -> anything
-        index[:, :p] = num_offsets + 1  # anything -> prefix
+        index = F.pad(grid_index, (p, 0, p, 0), value=num_offsets + 1)  # (T, T): patch -> prefix
+        index[:p, p:] = num_offsets  # prefix -> patch
         index[:p, :p] = num_offsets + 2  # prefix -> prefix
         self.register_buffer("index", index, persistent=False)
 
@@ -272,20 +225,15 @@ class RelativePositionBias(nn.Module):
 def resize_pos_embed(
     pos_embed: Tensor, old_grid: IntOrPair, new_grid: IntOrPair, num_prefix_tokens: int = 1
 ) -> Tensor:
-    """Resample a learned position table to a new grid, bicubically (as timm does).
+    """Resample a learned position table ``(1, num_prefix_tokens + Gh·Gw, D)`` to a new grid.
 
-    Bicubic with antialiasing, like timm's ``resample_abs_pos_embed`` and DeiT; the
-    reference ViT code interpolates linearly (``scipy.ndimage.zoom(..., order=1)``).
+    Bicubic with antialiasing, like timm's ``resample_abs_pos_embed`` and DeiT; the reference
+    ViT code interpolates linearly (``scipy.ndimage.zoom(..., order=1)``). Returns ``pos_embed``
+    itself for equal grids, else a table ``(1, num_prefix_tokens + Gh'·Gw', D)``.
 
     Args:
-        pos_embed: shape ``(1, num_prefix_tokens + Gh·Gw, D)``.
-        old_grid: ``(Gh, Gw)`` the table was trained on.
-        new_grid: ``(Gh', Gw')`` wanted.
+        old_grid, new_grid: ``(Gh, Gw)`` the table was trained on, ``(Gh', Gw')`` wanted.
         num_prefix_tokens: leading entries (class token) copied unchanged.
-
-    Returns:
-        ``pos_embed`` itself when the grids are equal, else a table of shape
-        ``(1, num_prefix_tokens + Gh'·Gw', D)``.
 
     Example:
         >>> resize_pos_embed(torch.zeros(1, 197, 8), 14, (16, 20)).shape
@@ -313,27 +261,19 @@ class RotaryEmbedding2D(nn.Module):
     """2D rotary position embedding for queries and keys (RoPE-ViT, Heo et al. 2024).
 
     Channel pair ``j`` of a query or key at grid column ``x`` and row ``y`` is rotated by the
-    angle ``x·fx_j + y·fy_j``. Rotations compose, so ``q·k`` depends only on the offset
-    between the two patches. Two choices of frequencies:
-
-    * ``mode="axial"``: fixed; the first ``d/4`` pairs turn with the column, the last
-      ``d/4`` with the row, at ``temperature^(-4j/d)`` (default base 100);
-    * ``mode="mixed"``: learned per head (parameter ``freqs``), initialised with the axial
-      magnitudes along two perpendicular directions at a random angle per head (default
-      base 10), so one pair can encode a diagonal.
-
-    Prefix tokens (the class token) are left unrotated. Call the instance on queries or
-    keys of shape ``(B, h, T, d)``, e.g. ``attn(x, rope=rope)`` with
+    angle ``x·fx_j + y·fy_j``. Rotations compose, so ``q·k`` depends only on the offset between
+    the two patches. Prefix tokens (the class token) are left unrotated. Call the instance on
+    queries or keys ``(B, h, T, d)``, e.g. ``attn(x, rope=rope)`` with
     :class:`~vit_tutorial.attention.MultiHeadSelfAttention`.
 
     Args:
-        head_dim: d, a multiple of 4.
-        grid_size: ``G`` or ``(Gh, Gw)``.
-        num_prefix_tokens: tokens before the grid.
-        temperature: the base of the frequencies; ``None`` picks 100 (axial) or 10
-            (mixed), as Heo et al.
-        mode: ``"axial"`` or ``"mixed"``.
-        num_heads: h, for the per-head frequencies of ``"mixed"``.
+        head_dim, num_heads: d, a multiple of 4, and h, for the per-head frequencies of "mixed".
+        grid_size, num_prefix_tokens: ``G`` or ``(Gh, Gw)``, and the tokens before the grid.
+        temperature: the frequencies' base; ``None`` picks 100 (axial) or 10 (mixed), as Heo et al.
+        mode: ``"axial"``: fixed frequencies; the first ``d/4`` pairs turn with the column, the
+            last ``d/4`` with the row, at ``temperature^(-4j/d)``. ``"mixed"``: learned per head
+            (parameter ``freqs``), initialised with the axial magnitudes along two perpendicular
+            directions at a random angle per head, so one pair can encode a diagonal.
 
     Example:
         >>> rope = RotaryEmbedding2D(head_dim=64, grid_size=14, num_prefix_tokens=1)
@@ -366,9 +306,8 @@ class RotaryEmbedding2D(nn.Module):
         self.temperature = temperature or (100.0 if mode == "axial" else 10.0)
         mag = self.temperature ** (-torch.arange(0, head_dim, 4) / head_dim)  # (d/4,)
         if mode == "axial":
-            zero = torch.zeros_like(mag)
-            freqs = torch.stack([torch.cat([mag, zero]), torch.cat([zero, mag])])[:, None]
-            self.register_buffer("freqs", freqs, persistent=False)  # (2, 1, d/2)
+            freqs = torch.block_diag(mag, mag)[:, None]  # (2, 1, d/2): fx = (mag, 0), fy = (0, mag)
+            self.register_buffer("freqs", freqs, persistent=False)
         else:
             theta = torch.rand(num_heads, 1) * 2 * math.pi  # one direction per head
             fx = torch.cat([mag * theta.cos(), mag * (theta + math.pi / 2).cos()], -1)

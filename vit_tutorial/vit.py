@@ -3,23 +3,14 @@
 .. code-block:: text
 
     images (B, C, H, W) -> stem -> (B, N, D) -> [class token] (B, T, D) -> + position
-      -> Encoder -> LayerNorm -> class token or mean of tokens -> Linear head
-      -> logits (B, num_classes)
+      -> Encoder -> LayerNorm -> class token or mean of tokens -> Linear head -> (B, num_classes)
 
-Three ways to build one, all ending in a :class:`ViTConfig`:
-
-* keywords, ``VisionTransformer(image_size=32, patch_size=4, dim=64, ...)`` (the fields of
-  :class:`ViTConfig`; the rest keep ViT-B/16's defaults);
-* a config, ``VisionTransformer(config)``, e.g. ``ViTConfig(**checkpoint["config"])``,
-  optionally with keywords overriding some fields;
-* a preset of the paper's Table 1 or of DeiT by name, ``create_vit("vit_base_patch16_224",
-  num_classes=10)`` (:data:`PRESETS`).
-
-Parameter names follow timm, and :mod:`vit_tutorial.interop` loads timm and torchvision
-weights with identical logits. :func:`vit_flops` counts the cost of a configuration and
-:func:`attention_rollout` follows attention through the blocks.
-Shapes: B batch, C channels, H×W pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches,
-T tokens (N + 1 with a class token, else N), D width.
+A model is built from a :class:`ViTConfig`, its fields as keywords, or both, or from a preset
+(:func:`create_vit`). Parameter names follow timm; :mod:`vit_tutorial.interop` loads timm and
+torchvision weights with identical logits. :func:`vit_flops` counts a configuration's cost,
+:func:`attention_rollout` follows attention through the blocks. Shapes: B batch, C channels,
+H×W pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches, T tokens (N + 1 with a class token,
+else N), D width.
 """
 
 from __future__ import annotations
@@ -54,29 +45,23 @@ __all__ = [
 class TransformerConfig:
     """The fields every ViT-like model of the package shares, validated once, here.
 
-    ``dataclasses.asdict(config)`` is a plain dict that can be stored in a checkpoint, and
-    ``type(config)(**that_dict)`` rebuilds the config. An invalid value raises ``TypeError``
-    or ``ValueError`` naming the field. A model validates the config it is given once more
-    (it may have been changed) and builds its layers with :func:`~vit_tutorial.validate.trusted`.
+    ``dataclasses.asdict(config)`` is a plain dict for a checkpoint; ``type(config)(**that_dict)``
+    rebuilds the config. An invalid value raises ``TypeError`` or ``ValueError`` naming the
+    field. A model validates its config once more (it may have been changed) and builds its
+    layers with :func:`~vit_tutorial.validate.trusted`.
 
     Attributes:
         image_size: ``H`` or ``(H, W)``.
         patch_size: ``P`` or ``(P_h, P_w)``; must divide the image size.
         in_channels: C.
         num_classes: number of logits, at least 1.
-        dim: model width D, divisible by ``num_heads``.
         depth: number of encoder blocks.
-        num_heads: attention heads h.
-        mlp_ratio: MLP hidden width / D.
-        qkv_bias: bias in the query/key/value projections.
         dropout: dropout after the position embedding and inside the blocks.
-        attn_dropout: dropout on the attention weights.
         drop_path: stochastic depth of the last block (rising linearly from 0).
         pos_embed: one of the subclass's ``POS_EMBEDS``.
-        norm_eps: LayerNorm epsilon, positive.
-        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` of ``dim``,
-            ``num_heads``, ``mlp_ratio``, ``qkv_bias``, ``dropout``, ``attn_dropout`` and
-            ``norm_eps``, which validates them.
+        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` of the fields it
+            shares and documents (``dim``, ``num_heads``, ``mlp_ratio``, ``qkv_bias``,
+            ``dropout``, ``attn_dropout``, ``norm_eps``), which validates them.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
@@ -113,15 +98,14 @@ class TransformerConfig:
     @classmethod
     def resolve(cls, config: TransformerConfig | None = None, **fields: Any):
         """``config`` (default: the defaults) with ``fields`` replaced, validated."""
+        name = cls.__name__
         if config is not None and not isinstance(config, cls):
-            hint = f"; rebuild it: {cls.__name__}(**config)" if isinstance(config, dict) else ""
-            raise TypeError(
-                f"config must be a {cls.__name__} or None, got {type(config).__name__}{hint}"
-            )
+            hint = f"; rebuild it: {name}(**config)" if isinstance(config, dict) else ""
+            raise TypeError(f"config must be a {name} or None, got {type(config).__name__}{hint}")
         valid = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(fields) - set(valid))
         if unknown:
-            raise TypeError(f"unknown {cls.__name__} fields {unknown}; valid fields: {valid}")
+            raise TypeError(f"unknown {name} fields {unknown}; valid fields: {valid}")
         return cls(**fields) if config is None else dataclasses.replace(config, **fields)
 
 
@@ -134,16 +118,15 @@ class ViTConfig(TransformerConfig):
     :class:`~vit_tutorial.positional.RelativePositionBias` per block) or ``'none'``, and:
 
     Attributes:
-        pool: ``'cls'`` (classify the class token; the model has one) or ``'mean'``
-            (average the tokens; no class token, LayerNorm after pooling, as timm's ``'avg'``).
+        pool: ``'cls'`` (classify the class token; the model has one) or ``'mean'`` (average
+            the tokens; no class token, LayerNorm after pooling, as timm's ``'avg'``).
         dynamic_image_size: accept any size divisible by the patch size and resample the
             position embedding; otherwise another size raises ``ValueError``.
         stem: ``'patch'`` (:class:`~vit_tutorial.patches.PatchEmbedding`) or ``'conv'``
             (:class:`~vit_tutorial.patches.ConvStem`).
-        distilled: add DeiT's distillation token after the class token, with a head of
-            its own (Touvron et al. 2021, Section 4; needs ``pool='cls'``). In training
-            the model returns both heads' logits, for the loss
-            :class:`~vit_tutorial.losses.HardDistillation`; in eval, their mean (as DeiT and timm).
+        distilled: add DeiT's distillation token after the class token, with a head of its own
+            (Touvron et al. 2021, Section 4; needs ``pool='cls'``), for the loss
+            :class:`~vit_tutorial.losses.HardDistillation`; the model's ``forward_head`` says more.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
@@ -180,24 +163,21 @@ class ViTConfig(TransformerConfig):
 class VisionTransformer(nn.Module):
     """The Vision Transformer of Dosovitskiy et al. (2021), built from a :class:`ViTConfig`.
 
-    Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`): Linear
-    weights from a truncated normal of std 0.02 and zero biases, the same for the class
-    token and the learned position table, a zero head; the stem keeps PyTorch's default,
-    as in timm. Building inside ``with torch.device("meta"):`` allocates nothing, e.g. to
-    count parameters.
+    Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`, the same
+    for the class token and the learned position table) with a zero head; the stem keeps
+    PyTorch's default, as in timm. Built inside ``with torch.device("meta"):``, it allocates
+    nothing (e.g. to count parameters).
 
     Args:
-        config: a :class:`ViTConfig`; ``None`` means the defaults (ViT-B/16).
+        config: a :class:`ViTConfig`; ``None``: the defaults (ViT-B/16).
         **fields: :class:`ViTConfig` fields, overriding those of ``config``.
 
     Attributes:
         config: the :class:`ViTConfig` the model was built from.
         grid_size: the patch grid ``(Gh, Gw)`` of ``image_size``.
         num_prefix_tokens: 1 with a class token, 2 with a distillation token too, else 0.
-        pos_embed: the position encoding the config names: a
-            :class:`~vit_tutorial.positional.LearnedPositionalEmbedding`, a
-            :class:`~vit_tutorial.positional.SinusoidalEmbedding2D`, a list of one
-            :class:`~vit_tutorial.positional.RelativePositionBias` per block, or ``None``.
+        pos_embed: the module ``config.pos_embed`` names (for ``'relative'``, a list of one
+            per block), or ``None``.
 
     Example:
         >>> model = VisionTransformer(image_size=32, patch_size=8, dim=64, depth=2,
@@ -211,7 +191,6 @@ class VisionTransformer(nn.Module):
     def __init__(self, config: ViTConfig | None = None, **fields: Any) -> None:
         super().__init__()
         self.config = c = ViTConfig.resolve(config, **fields)
-        # c is validated: its layers are built without checking again (validate.trusted)
         stem = PatchEmbedding if c.stem == "patch" else ConvStem
         args = c.image_size, c.patch_size, c.in_channels, c.dim
         self.patch_embed = trusted(stem, *args, strict_image_size=not c.dynamic_image_size)
@@ -250,18 +229,15 @@ class VisionTransformer(nn.Module):
         """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
         x = self.patch_embed(images)  # (B, N, D), N = Gh·Gw; checks the images
         size = tuple(images.shape[-2:])
-        same = size == self.patch_embed.image_size
-        grid = self.grid_size if same else self.patch_embed.grid_size_for(size)
-        prefix = [
-            t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None
-        ]
+        grid = None if size == self.patch_embed.image_size else self.patch_embed.grid_size_for(size)
+        tokens = (self.cls_token, self.dist_token)
+        prefix = [t.expand(x.shape[0], -1, -1) for t in tokens if t is not None]
         x = torch.cat([*prefix, x], dim=1)  # (B, T, D): [class, distillation,] patches
-        biases = None
         if self.config.pos_embed == "relative":
-            biases = [rpb() for rpb in self.pos_embed]  # h × T × T each
-        elif self.pos_embed is not None:
-            x = self.pos_embed(x, None if same else grid)  # resampled for another grid
-        return self.pos_drop(x), biases
+            return self.pos_drop(x), [rpb() for rpb in self.pos_embed]  # h × T × T each
+        if self.pos_embed is not None:
+            x = self.pos_embed(x, grid)  # resampled for another grid
+        return self.pos_drop(x), None
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Tokens ``(B, T, D)`` after the encoder and, for ``pool='cls'``, the final LayerNorm."""
@@ -271,9 +247,8 @@ class VisionTransformer(nn.Module):
     def forward_head(self, tokens: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify.
 
-        With a distillation token: ``(class logits, distillation logits)`` in training,
-        and in eval the mean of the two heads' logits, as DeiT's code and timm do (the
-        paper, Section 4, adds the two heads' softmax outputs instead).
+        With a distillation token: ``(class logits, distillation logits)`` in training, their
+        mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs).
         """
         pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
         logits = self.head(self.fc_norm(pooled))
@@ -283,10 +258,7 @@ class VisionTransformer(nn.Module):
         return (logits, distill_logits) if self.training else (logits + distill_logits) / 2
 
     def forward(self, images: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``.
-
-        A model with ``distilled=True`` returns both heads' logits in training.
-        """
+        """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``, as :meth:`forward_head` says."""
         return self.forward_head(self.forward_features(images))
 
     def attention_maps(self, images: Tensor) -> list[Tensor]:
@@ -296,11 +268,8 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters exempt from weight decay (class token, position tables)."""
-        return {
-            name
-            for name, _ in self.named_parameters()
-            if name in ("cls_token", "dist_token") or name.startswith("pos_embed.")
-        }
+        exempt = ("cls_token", "dist_token", "pos_embed.")
+        return {name for name, _ in self.named_parameters() if name.startswith(exempt)}
 
 
 #: The models of the ViT paper's Table 1 and DeiT's tiny and small, at 224×224 and 1000 classes.
@@ -330,13 +299,12 @@ def create_vit(name: str, **overrides: Any) -> VisionTransformer:
 def vit_flops(config: ViTConfig) -> int:
     """Floating-point operations of one forward pass of one image, by formula.
 
-    A multiply-add counts as 2 FLOPs (as :class:`torch.utils.flop_counter.FlopCounterMode`
-    counts); only the matrix products are counted: the patch projection ``2·N·C·P²·D``,
-    per block ``2T·D·3D`` (q, k, v), ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output
-    projection) and ``2·2T·D·rD`` (MLP), and the head ``2·D·K``, with ``N`` patches and
-    ``T`` tokens (``N + 1`` with a class token, ``N + 2`` with a distillation token too,
-    which adds a second head). LayerNorm, softmax, GELU and additions are left out. Only
-    the patch stem is covered.
+    A multiply-add counts as 2 FLOPs (as :class:`torch.utils.flop_counter.FlopCounterMode`);
+    only matrix products count: the patch projection ``2·N·C·P²·D``, per block ``2T·D·3D``
+    (q, k, v), ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output projection) and
+    ``2·2T·D·rD`` (MLP), and the head ``2·D·K``, with ``N`` patches and ``T`` tokens (``N + 1``
+    with a class token, ``N + 2`` with a distillation token too, which adds a second head).
+    LayerNorm, softmax, GELU and additions are left out; only the patch stem is covered.
 
     Example:
         >>> round(vit_flops(PRESETS["vit_base_patch16_224"]) / 1e9, 2)  # GFLOPs of ViT-B/16
@@ -358,15 +326,12 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
 
     Per block, average the heads, mix in the identity for the residual connection
     (``residual · I + (1 - residual) · A``), renormalise the rows, and multiply the blocks:
-    ``R = Â_L ··· Â_2 Â_1``.
+    ``R = Â_L ··· Â_2 Â_1``, ``(B, T, T)``, its row ``t`` for output token ``t``.
 
     Args:
-        maps: attention weights of each block, ``(B, h, T, T)`` each, in order, as
+        maps: each block's attention weights ``(B, h, T, T)``, in order, as
             :meth:`VisionTransformer.attention_maps` returns them.
-        residual: weight of the identity.
-
-    Returns:
-        ``(B, T, T)``; row ``t`` says how much output token ``t`` draws on each input token.
+        residual: weight of the identity, in ``[0, 1]``.
 
     Example:
         >>> uniform = [torch.full((1, 2, 4, 4), 0.25)] * 3
@@ -375,8 +340,7 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
     """
     if not maps:
         raise ValueError("attention_rollout needs the maps of at least one block")
-    if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual must be in [0, 1], got {residual}")
+    check_real("residual", residual, 0.0, 1.0)
     eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
     result = eye
     for a in maps:
