@@ -1,14 +1,12 @@
 """Load torchvision and timm Vision Transformers into :class:`~vit_tutorial.vit.VisionTransformer`.
 
-The two libraries name the same tensors differently. Each has an explicit key map below
-(``{i}`` is a block number, ``{p}`` is ``weight`` or ``bias``); a conversion renames every
-key, checks every shape, and refuses to guess: a key of the source without a counterpart,
-a parameter of ours left without a value, or a shape that differs raises ``ValueError``
-listing them all. With the same weights the logits agree to float rounding (the tests and
-chapter 5 check at most 1e-4 of max abs difference).
-
-timm is a development dependency only: it is never imported here, the functions read the
-attributes of the model they are given.
+The two libraries name the same tensors differently; each has an explicit key map below (``{i}``
+is a block number, ``{p}`` is ``weight`` or ``bias``). A conversion renames every key, checks
+every shape, and refuses to guess: a key of the source without a counterpart, a parameter of ours
+left without a value, or a shape that differs raises ``ValueError`` listing them all. With the
+same weights the logits agree to float rounding (the tests and chapter 5 check at most 1e-4 of
+max abs difference). timm is a development dependency only, never imported here: the functions
+read the attributes of the model they are given.
 """
 
 from __future__ import annotations
@@ -53,37 +51,26 @@ TORCHVISION_KEYS: dict[str, str] = {
     "heads.head.{p}": "head.{p}",
 }
 
-#: timm ``VisionTransformer`` key -> our key (our names are timm's, inside ``encoder``).
+_TIMM_SAME = "cls_token dist_token patch_embed.proj.{p} norm.{p} fc_norm.{p} head.{p} head_dist.{p}"
+#: timm ``VisionTransformer`` key -> our key: our names are timm's (``dist_token`` and
+#: ``head_dist`` for DeiT's distilled models), the blocks' inside ``encoder``.
 TIMM_KEYS: dict[str, str] = {
-    "cls_token": "cls_token",
-    "dist_token": "dist_token",  # DeiT's distilled models
+    **{key: key for key in _TIMM_SAME.split()},
     "pos_embed": "pos_embed.weight",
-    "patch_embed.proj.{p}": "patch_embed.proj.{p}",
     **{
         f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}"
         for m in ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
     },
-    "norm.{p}": "norm.{p}",
-    "fc_norm.{p}": "fc_norm.{p}",
-    "head.{p}": "head.{p}",
-    "head_dist.{p}": "head_dist.{p}",
 }
 
 
-def _pattern(template: str) -> re.Pattern:
-    escaped = (
-        re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", "(?P<p>weight|bias)")
-    )
-    return re.compile(escaped)
-
-
 def _convert(
-    state_dict: dict[str, Tensor],
-    key_map: dict[str, str],
-    source: str,
-    target: str = "vit_tutorial",
+    state_dict: dict[str, Tensor], key_map: dict[str, str], source: str, target: str
 ) -> dict[str, Tensor]:
-    rules = [(_pattern(theirs), ours) for theirs, ours in key_map.items()]
+    rules = []
+    for theirs, ours in key_map.items():
+        pattern = re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)")
+        rules.append((re.compile(pattern.replace(r"\{p\}", "(?P<p>weight|bias)")), ours))
     out, unmatched = {}, []
     for key, value in state_dict.items():
         for pattern, ours in rules:
@@ -100,67 +87,45 @@ def _convert(
     return out
 
 
-def torchvision_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of a torchvision ViT state dict with :data:`TORCHVISION_KEYS`.
+def _inverse(key_map: dict[str, str]) -> dict[str, str]:
+    """Our key -> their key; where two of theirs share one of ours, the first (current) one."""
+    return {ours: theirs for theirs, ours in reversed(key_map.items())}
 
-    Raises:
-        ValueError: listing the keys that match no entry of the map.
-    """
-    return _convert(state_dict, TORCHVISION_KEYS, "torchvision")
+
+def torchvision_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of a torchvision ViT state dict with :data:`TORCHVISION_KEYS`; a
+    ``ValueError`` lists the keys that match no entry of the map."""
+    return _convert(state_dict, TORCHVISION_KEYS, "torchvision", "vit_tutorial")
 
 
 def timm_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of a timm ViT state dict with :data:`TIMM_KEYS`.
-
-    Raises:
-        ValueError: listing the keys that match no entry of the map.
-    """
-    return _convert(state_dict, TIMM_KEYS, "timm")
-
-
-def _inverse(key_map: dict[str, str]) -> dict[str, str]:
-    """Our key -> their key; where two of theirs share one of ours, the first (current) one."""
-    inverse: dict[str, str] = {}
-    for theirs, ours in key_map.items():
-        inverse.setdefault(ours, theirs)
-    return inverse
+    """Rename the keys of a timm ViT state dict with :data:`TIMM_KEYS`; a ``ValueError`` lists
+    the keys that match no entry of the map."""
+    return _convert(state_dict, TIMM_KEYS, "timm", "vit_tutorial")
 
 
 def ours_state_dict_to_torchvision(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     """Rename the keys of our state dict to torchvision's (the inverse of
-    :func:`torchvision_state_dict_to_ours`, with today's ``mlp.0``/``mlp.3`` names).
-
-    Raises:
-        ValueError: listing our keys that torchvision's ViT has no place for (a mean-pooled
-            model's ``fc_norm``, say: torchvision's ViT always classifies a class token).
-    """
+    :func:`torchvision_state_dict_to_ours`, with today's ``mlp.0``/``mlp.3`` names); a
+    ``ValueError`` lists our keys that torchvision's ViT has no place for (a mean-pooled model's
+    ``fc_norm``, say: torchvision's ViT always classifies a class token)."""
     return _convert(state_dict, _inverse(TORCHVISION_KEYS), "vit_tutorial", "torchvision")
 
 
 def ours_state_dict_to_timm(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     """Rename the keys of our state dict to timm's (the inverse of
-    :func:`timm_state_dict_to_ours`); load it into the timm model of the same configuration.
-
-    Raises:
-        ValueError: listing our keys that have no timm counterpart.
-    """
+    :func:`timm_state_dict_to_ours`), for the timm model of the same configuration; a
+    ``ValueError`` lists our keys that have no timm counterpart."""
     return _convert(state_dict, _inverse(TIMM_KEYS), "vit_tutorial", "timm")
 
 
 def load_converted(
     model: VisionTransformer, state_dict: dict[str, Tensor], assign: bool = False
 ) -> VisionTransformer:
-    """Load a converted state dict into ``model`` after checking every key and shape.
-
-    Args:
-        model: the model to fill.
-        state_dict: its new values, with our keys.
-        assign: take the tensors themselves, as :meth:`torch.nn.Module.load_state_dict`
-            does with ``assign=True`` (for a model built on the meta device).
-
-    Raises:
-        ValueError: listing our missing keys, unexpected keys and shape mismatches.
-    """
+    """Load a converted state dict (with our keys) into ``model`` after checking every key and
+    shape (a ``ValueError`` lists our missing keys, unexpected keys and shape mismatches);
+    ``assign=True`` takes the tensors themselves, as :meth:`torch.nn.Module.load_state_dict`
+    does (for a model built on the meta device)."""
     ours = model.state_dict()
     missing = sorted(set(ours) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(ours))
@@ -186,40 +151,18 @@ def _mlp_ratio(dim: int, hidden_dim: int) -> float:
     return ratio
 
 
-def _timm_dropouts(model: nn.Module) -> dict[str, float]:
-    """timm's dropout rates as our three, refusing the combinations we cannot express."""
-    block = model.blocks[-1]
-    rates = {
-        "dropout": block.attn.proj_drop.p,
-        "attn_dropout": block.attn.attn_drop.p,
-        "drop_path": float(f"{getattr(block.drop_path1, 'drop_prob', 0.0):.6g}"),
-    }
-    others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
-    if others["pos_drop_rate"] != rates["dropout"] or others["drop_rate (head)"] != 0.0:
-        raise ValueError(
-            f"vit_tutorial has one dropout rate for the position embedding and "
-            f"the blocks and none before the head; the timm model uses "
-            f"proj_drop_rate={rates['dropout']} and {others}"
-        )
-    return rates
-
-
 def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
     return hw[0] if hw[0] == hw[1] else tuple(hw)
 
 
 def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
-    """Our model of ``fields`` holding copies of ``state_dict``, in ``source``'s train/eval mode.
-
-    It is built on the meta device, which skips a random initialisation that the copies
-    would overwrite anyway, and the copies keep the source's device and dtype.
-    """
+    """Our model of ``fields`` holding copies of ``state_dict`` (on the source's device and
+    dtype), in ``source``'s train/eval mode. Built on the meta device, it skips a random
+    initialisation the copies would overwrite; its position table is learned or absent, so no
+    buffer is left there."""
     with torch.device("meta"):
         model = VisionTransformer(**fields)  # validates the fields once
-    copies = {k: v.detach().clone() for k, v in state_dict.items()}
-    load_converted(model, copies, assign=True)
-    if any(t.is_meta for t in model.buffers()):  # only learned / no position embeddings here
-        raise RuntimeError("a buffer was left on the meta device")
+    load_converted(model, {k: v.detach().clone() for k, v in state_dict.items()}, assign=True)
     return model.train(source.training)
 
 
@@ -227,13 +170,11 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
     """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a torchvision ViT.
 
     Works for ``torchvision.models.vit_b_16`` and its siblings (patch stem, no
-    ``representation_size``). Example, online only::
+    ``representation_size``); a convolutional stem, or keys/shapes that do not map, raise
+    ``ValueError``. Example, online only::
 
         from torchvision.models import ViT_B_16_Weights, vit_b_16
         ours = from_torchvision(vit_b_16(weights=ViT_B_16_Weights.IMAGENET1K_V1))
-
-    Raises:
-        ValueError: for a convolutional stem, or keys/shapes that do not map.
     """
     if not isinstance(model.conv_proj, nn.Conv2d):
         raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
@@ -260,27 +201,30 @@ def from_timm(model: nn.Module) -> VisionTransformer:
 
     Works for ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs:
     class-token pooling (``global_pool='token'``) or average pooling without a class token
-    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale;
-    and for DeiT's distilled models (``deit_base_distilled_patch16_224``), whose
-    distillation token and head become ``distilled=True``.
-
-    Raises:
-        ValueError: for an unsupported pooling, activation or head, or keys/shapes that
-            do not map.
+    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale; and
+    for DeiT's distilled models (``deit_base_distilled_patch16_224``), whose distillation token
+    and head become ``distilled=True``. An unsupported pooling, activation, head or dropout, or
+    keys/shapes that do not map, raise ``ValueError``.
     """
-    pool = {("token", True): "cls", ("avg", False): "mean"}.get(
-        (model.global_pool, model.has_class_token)
-    )
+    pooling = (model.global_pool, model.has_class_token)
+    pool = {("token", True): "cls", ("avg", False): "mean"}.get(pooling)
     if pool is None:
         raise ValueError(
-            f"unsupported timm pooling global_pool={model.global_pool!r} with "
-            f"class_token={model.has_class_token}"
+            f"unsupported timm pooling global_pool={pooling[0]!r} with class_token={pooling[1]}"
         )
     if model.num_classes < 1:
         raise ValueError("the timm model has no classifier head (num_classes=0)")
     block = model.blocks[0]
     if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
+    last = model.blocks[-1]
+    dropout = last.attn.proj_drop.p
+    others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
+    if others["pos_drop_rate"] != dropout or others["drop_rate (head)"] != 0.0:
+        raise ValueError(
+            "vit_tutorial has one dropout rate for the position embedding and the blocks and "
+            f"none before the head; the timm model uses proj_drop_rate={dropout} and {others}"
+        )
     fields = dict(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
@@ -292,7 +236,9 @@ def from_timm(model: nn.Module) -> VisionTransformer:
         mlp_ratio=_mlp_ratio(model.embed_dim, block.mlp.fc1.out_features),
         qkv_bias=block.attn.qkv.bias is not None,
         pool=pool,
-        **_timm_dropouts(model),
+        dropout=dropout,
+        attn_dropout=last.attn.attn_drop.p,
+        drop_path=float(f"{getattr(last.drop_path1, 'drop_prob', 0.0):.6g}"),
         pos_embed="learned" if model.pos_embed is not None else "none",
         dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
         norm_eps=block.norm1.eps,

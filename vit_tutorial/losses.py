@@ -1,15 +1,13 @@
 """The losses :func:`~vit_tutorial.engine.fit` trains with (chapters 6, 8 and 9).
 
-A loss for ``fit`` is a callable ``loss(outputs, images, targets) -> (loss, logits)``:
-``outputs`` is what the model returned for ``images``; ``logits`` score the training
-accuracy, or are ``None`` for a loss with no accuracy to report (MAE's). Three are here:
-
-* :class:`Classification`, the cross-entropy with label smoothing (the default), for class
-  indices or soft labels (Mixup, CutMix);
-* :class:`HardDistillation`, DeiT's hard-label distillation (Touvron et al. 2021,
-  Section 4), for a model with a distillation token and a teacher;
-* :func:`mae_loss`, a masked autoencoder's own loss (:func:`masked_patch_loss`,
-  He et al. 2022, Section 3), computed by its forward pass, as MAE's ``models_mae.py`` does.
+A loss for ``fit`` is a callable ``loss(outputs, images, targets) -> (loss, logits)``: ``outputs``
+is what the model returned for ``images``; ``logits`` score the training accuracy, or are
+``None`` for a loss with no accuracy to report (MAE's). :class:`Classification` (the default) is
+the cross-entropy with label smoothing, for class indices or soft labels (Mixup, CutMix);
+:class:`HardDistillation` is DeiT's hard-label distillation (Touvron et al. 2021, Section 4), for
+a model with a distillation token and a teacher; :func:`mae_loss` is a masked autoencoder's own
+loss (:func:`masked_patch_loss`, He et al. 2022, Section 3), computed by its forward pass, as
+MAE's ``models_mae.py`` does.
 """
 
 from __future__ import annotations
@@ -39,49 +37,32 @@ def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0)
     return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
 
 
-def _two_heads(outputs: Any, expected: bool) -> None:
-    """ValueError unless the model returned two heads' logits exactly when ``expected``."""
-    if isinstance(outputs, tuple) and not expected:
-        raise ValueError(
-            "the model returned two heads' logits (a distillation token): train it with "
-            "fit(..., loss=HardDistillation(teacher))"
-        )
-    if expected and not (isinstance(outputs, tuple) and len(outputs) == 2):
-        raise ValueError(
-            "HardDistillation needs a model with a distillation token, whose training "
-            "forward returns (class logits, distillation logits); this one returned "
-            f"{type(outputs).__name__}"
-        )
-
-
 class Classification:
-    """The cross-entropy of a classifier's logits with the labels, with label smoothing.
-
-    Args:
-        label_smoothing: in ``[0, 1)``.
-    """
+    """The cross-entropy of a classifier's logits with the labels, with ``label_smoothing`` in
+    ``[0, 1)``."""
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = check_real("label_smoothing", label_smoothing, 0, 1, high_open=True)
 
     def __call__(self, outputs: Tensor, images: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        _two_heads(outputs, expected=False)
+        if isinstance(outputs, tuple):
+            raise ValueError(
+                "the model returned two heads' logits (a distillation token): train it with "
+                "fit(..., loss=HardDistillation(teacher))"
+            )
         return cross_entropy(outputs, targets, self.label_smoothing), outputs
 
 
 class HardDistillation(nn.Module):
     """DeiT's hard-label distillation (Touvron et al. 2021, Section 4).
 
-    The model has a distillation token and returns ``(class logits, distillation logits)``
-    in training. The class head learns the labels (with ``label_smoothing``); the
-    distillation head learns the teacher's predicted classes (no smoothing); the loss is
-    the mean of the two cross-entropies, and the mean of the two heads is scored. The
-    teacher runs in eval mode, without gradients; :func:`~vit_tutorial.engine.fit` moves
-    it to the model's device (this loss is a module holding it).
-
-    Args:
-        teacher: any classifier ``teacher(images) -> logits``.
-        label_smoothing: of the class head's cross-entropy, in ``[0, 1)``.
+    The model has a distillation token and returns ``(class logits, distillation logits)`` in
+    training. The class head learns the labels (with ``label_smoothing`` in ``[0, 1)``); the
+    distillation head learns the classes the ``teacher`` (any classifier ``teacher(images) ->
+    logits``) predicts, without smoothing; the loss is the mean of the two cross-entropies, and
+    the mean of the two heads is scored. The teacher runs in eval mode, without gradients;
+    :func:`~vit_tutorial.engine.fit` moves it to the model's device (this loss is a module
+    holding it).
     """
 
     def __init__(self, teacher: nn.Module, label_smoothing: float = 0.0) -> None:
@@ -92,23 +73,24 @@ class HardDistillation(nn.Module):
         self.label_smoothing = check_real("label_smoothing", label_smoothing, 0, 1, high_open=True)
 
     def forward(self, outputs: Any, images: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        _two_heads(outputs, expected=True)
+        if not (isinstance(outputs, tuple) and len(outputs) == 2):
+            raise ValueError(
+                "HardDistillation needs a model with a distillation token, whose training "
+                "forward returns (class logits, distillation logits); this one returned "
+                f"{type(outputs).__name__}"
+            )
         class_logits, distill_logits = outputs
         with torch.no_grad():
             teacher_classes = self.teacher.eval()(images).argmax(-1)
-        loss = (
-            cross_entropy(class_logits, targets, self.label_smoothing)
-            + cross_entropy(distill_logits, teacher_classes)
-        ) / 2
+        class_loss = cross_entropy(class_logits, targets, self.label_smoothing)
+        loss = (class_loss + cross_entropy(distill_logits, teacher_classes)) / 2
         return loss, (class_logits + distill_logits) / 2
 
 
 def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """The mean over hidden patches of the per-patch mean squared error.
-
-    ``pred`` and ``target`` are ``(B, N, L)``; ``mask`` is ``(B, N)`` with 1.0 on hidden
-    patches. Visible patches do not count (He et al. 2022, Section 3: computing the loss on
-    visible patches too costs about 0.5% accuracy).
+    """The mean over hidden patches of the per-patch mean squared error, for ``pred`` and
+    ``target`` ``(B, N, L)`` and ``mask`` ``(B, N)`` with 1.0 on hidden patches. Visible patches
+    do not count (He et al. 2022, Section 3: counting them too costs about 0.5% accuracy).
 
     Example:
         >>> pred, target = torch.zeros(1, 2, 3), torch.tensor([[[1.0] * 3, [3.0] * 3]])
@@ -126,6 +108,6 @@ def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 
 def mae_loss(outputs: Any, images: Tensor, targets: Tensor) -> tuple[Tensor, None]:
     """A :class:`~vit_tutorial.mae.MaskedAutoencoder`'s loss, which its forward computed
-    (:func:`masked_patch_loss` on the hidden patches); the labels are not read, and there
-    is no accuracy to report."""
+    (:func:`masked_patch_loss` on the hidden patches); the labels are not read, and there is no
+    accuracy to report."""
     return outputs.loss, None

@@ -2,35 +2,29 @@
 
 He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3:
 
-1. cut the image into patches and embed them, as a ViT does, adding fixed 2D sine-cosine
-   positions (the paper's Appendix A.1);
+1. embed the image's patches, as a ViT does, with fixed 2D sine-cosine positions (Appendix A.1);
 2. keep a random 25% of the patches (:func:`random_masking`) and run the **encoder on the
    visible patches only** (3/4 of the tokens never enter it: that is why MAE is cheap);
-3. a light **decoder** receives the encoded visible tokens and one shared, learned
-   **mask token** for every hidden patch, each with its position, and predicts the
-   pixels of every patch;
-4. the **loss** is the mean squared error on the **masked patches only**, with each target
-   patch normalised by its own pixel mean and standard deviation (``norm_pix_loss``,
-   Section 3 "Reconstruction target", Table 1d).
+3. a light **decoder** receives the encoded visible tokens and one shared, learned **mask
+   token** for every hidden patch, each with its position, and predicts every patch's pixels;
+4. the **loss** is the mean squared error on the **masked patches only**, each target patch
+   normalised by its own pixel mean and standard deviation (``norm_pix_loss``, Section 3
+   "Reconstruction target", Table 1d).
 
-The model only knows how to compute its loss, not how it is trained: pre-training is
-:func:`~vit_tutorial.engine.fit` with ``loss=``:func:`~vit_tutorial.losses.mae_loss` and
-MAE's AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1).
+The model computes its loss but knows nothing of training: pre-training is
+:func:`~vit_tutorial.engine.fit` with ``loss=``:func:`~vit_tutorial.losses.mae_loss` and MAE's
+AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1). The encoder has no class
+token and is mean-pooled, which the paper reports works as well (Appendix A.1): it is a
+``pool='mean'`` :class:`~vit_tutorial.vit.VisionTransformer`'s encoder, and :meth:`to_vit` moves
+its weights into one for fine-tuning, the sine-cosine table copied into the ViT's learned one,
+as MAE's ``main_finetune.py`` loads the pre-trained table into timm's learnable ``pos_embed``.
 
-The encoder here has no class token and is pooled by its mean for classification, which
-the paper reports works as well as a class token (Appendix A.1); it is the encoder of a
-:class:`~vit_tutorial.vit.VisionTransformer` with ``pool='mean'``, and :meth:`to_vit`
-moves its weights into one for fine-tuning, with the sine-cosine table copied into the
-ViT's learned position table, as MAE's ``main_finetune.py`` does when it loads the
-pre-trained table into timm's learnable ``pos_embed``.
-
-Shapes: B images, N = Gh·Gw patches, K = N - round(N · mask_ratio) visible patches,
-D encoder width, D' decoder width, P patch side, C channels.
+Shapes: B images, N = Gh·Gw patches, K = N - round(N · mask_ratio) visible patches, D encoder
+width, D' decoder width, P patch side, C channels.
 
 Example:
-    >>> mae = MaskedAutoencoder(image_size=28, patch_size=4, in_channels=1, dim=32,
-    ...                         depth=1, num_heads=2, decoder_dim=16, decoder_depth=1,
-    ...                         decoder_heads=2)
+    >>> mae = MaskedAutoencoder(image_size=28, patch_size=4, in_channels=1, dim=32, depth=1,
+    ...                         num_heads=2, decoder_dim=16, decoder_depth=1, decoder_heads=2)
     >>> out = mae(torch.randn(2, 1, 28, 28))
     >>> out.pred.shape, out.mask.shape, int(out.mask.sum(1)[0])  # 37 of 49 patches hidden
     (torch.Size([2, 49, 16]), torch.Size([2, 49]), 37)
@@ -56,11 +50,9 @@ __all__ = ["MAEOutput", "MaskedAutoencoder", "normalized_patches", "random_maski
 
 
 class MAEOutput(NamedTuple):
-    """What :meth:`MaskedAutoencoder.forward` returns: ``loss``, the mean squared error on
-    the masked patches (a scalar); ``pred``, the predicted pixels of every patch,
-    ``(B, N, P·P·C)`` (normalised per patch when the model's ``norm_pix_loss`` is on); and
-    ``mask``, ``(B, N)``, 1.0 where the patch was hidden and 0.0 where the encoder saw it.
-    """
+    """What :meth:`MaskedAutoencoder.forward` returns: ``loss``, the mean squared error on the
+    masked patches (a scalar); ``pred``, every patch's predicted pixels ``(B, N, P·P·C)``
+    (normalised per patch when ``norm_pix_loss`` is on); ``mask`` ``(B, N)``, 1.0 = hidden."""
 
     loss: Tensor
     pred: Tensor
@@ -72,19 +64,15 @@ def random_masking(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Keep a random subset of each image's tokens, as MAE does (a per-image shuffle).
 
-    Each token gets uniform noise; the ``K = N - round(N · mask_ratio)`` tokens with the
-    smallest noise are kept, in that random order. Every image keeps exactly K tokens, so
-    the kept tokens of a batch form one dense ``(B, K, D)`` tensor.
-
-    Args:
-        tokens: ``(B, N, D)``.
-        mask_ratio: the fraction of tokens to hide, in ``[0, 1)``.
-        generator: the random source (default: torch's global one).
+    Each token of ``tokens`` ``(B, N, D)`` gets uniform noise from ``generator`` (default:
+    torch's global one); the ``K = N - round(N · mask_ratio)`` tokens with the smallest noise
+    are kept, in that random order (``mask_ratio`` in ``[0, 1)``). Every image keeps exactly K
+    tokens, so the kept tokens of a batch form one dense ``(B, K, D)`` tensor.
 
     Returns:
-        ``(visible, mask, ids_restore)``: the kept tokens ``(B, K, D)``; the mask
-        ``(B, N)`` in the original order, 1.0 = hidden; and ``ids_restore`` ``(B, N)``,
-        the permutation that puts ``[visible, hidden]`` back into the original order.
+        ``(visible, mask, ids_restore)``: the kept tokens ``(B, K, D)``; the mask ``(B, N)`` in
+        the original order, 1.0 = hidden; and ``ids_restore`` ``(B, N)``, the permutation that
+        puts ``[visible, hidden]`` back into the original order.
 
     Example:
         >>> visible, mask, ids_restore = random_masking(torch.randn(2, 8, 4), 0.75)
@@ -92,7 +80,10 @@ def random_masking(
         (torch.Size([2, 2, 4]), [6.0, 6.0])
     """
     if not isinstance(tokens, Tensor) or tokens.dim() != 3:
-        raise ValueError(f"tokens must be a (B, N, D) tensor, got {_describe(tokens)}")
+        got = f"{type(tokens).__name__} {tokens!r}"
+        if isinstance(tokens, Tensor):
+            got = f"a {tokens.dim()}-D tensor of shape {tuple(tokens.shape)}"
+        raise ValueError(f"tokens must be a (B, N, D) tensor, got {got}")
     check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
     b, n, d = tokens.shape
     keep = n - round(n * mask_ratio)
@@ -108,38 +99,28 @@ def random_masking(
 
 
 def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Tensor:
-    """MAE's target: each patch's pixels minus their mean, over ``sqrt(variance + eps)``.
-
-    The variance is the unbiased one (``torch.var``'s default), as in MAE's
-    ``models_mae.py``; the result has shape ``(B, N, P·P·C)``.
-    """
+    """MAE's target, ``(B, N, P·P·C)``: each patch's pixels minus their mean, over
+    ``sqrt(variance + eps)``, with the unbiased variance (``torch.var``'s default), as in MAE's
+    ``models_mae.py``."""
     patches = image_to_patches(images, patch_size)
     mean = patches.mean(dim=-1, keepdim=True)
     var = patches.var(dim=-1, keepdim=True)
     return (patches - mean) / (var + eps).sqrt()
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return f"a {value.dim()}-D tensor of shape {tuple(value.shape)}"
-    return f"{type(value).__name__} {value!r}"
-
-
 class MaskedAutoencoder(nn.Module):
-    """A ViT encoder that sees a quarter of the patches, and a light decoder that paints in
-    the rest (He et al. 2022, Section 3).
+    """A ViT encoder that sees a quarter of the patches, and a light decoder that paints in the
+    rest (He et al. 2022, Section 3).
 
-    Initialisation follows MAE's ``models_mae.py``: Xavier-uniform Linear weights (and the
-    patch projection, viewed as a Linear), zero biases, the mask token from N(0, 0.02²).
+    Initialisation follows MAE's ``models_mae.py``: Xavier-uniform Linear weights (and the patch
+    projection, viewed as a Linear), zero biases, the mask token from N(0, 0.02²).
 
     Args:
-        config: the encoder's :class:`~vit_tutorial.vit.ViTConfig`; it must have
-            ``pool='mean'`` (no class token; the default when ``config`` is ``None``) and
-            the patch stem (a convolutional stem would see the hidden pixels before
-            masking). ``num_classes`` is unused here.
-        decoder_dim: D', the decoder's width (a multiple of 4 and of ``decoder_heads``).
-        decoder_depth: the decoder's blocks.
-        decoder_heads: the decoder's attention heads.
+        config: the encoder's :class:`~vit_tutorial.vit.ViTConfig` (``num_classes`` unused),
+            with ``pool='mean'`` (no class token; the default when ``config`` is ``None``) and
+            the patch stem (a convolutional stem would see the hidden pixels before masking).
+        decoder_dim, decoder_depth, decoder_heads: D', the decoder's width (a multiple of 4 and
+            of ``decoder_heads``), its blocks and its attention heads.
         mask_ratio: the fraction of patches hidden from the encoder (0.75 in the paper).
         norm_pix_loss: predict each patch normalised by its own mean and std (the paper's
             default), else the raw pixels.
@@ -167,9 +148,15 @@ class MaskedAutoencoder(nn.Module):
             fields.setdefault("pool", "mean")  # ViTConfig's default is 'cls'
         self.config = c = ViTConfig.resolve(config, **fields)
         _check_encoder(c)
-        _check_decoder(decoder_dim, decoder_depth, decoder_heads, mask_ratio, norm_pix_loss)
-        self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
-        # c and the decoder's fields are validated: layers are built without checking again
+        check_int("decoder_dim", decoder_dim), check_int("decoder_depth", decoder_depth)
+        check_int("decoder_heads", decoder_heads)
+        if decoder_dim % 4 or decoder_dim % decoder_heads:
+            raise ValueError(
+                f"decoder_dim must be a multiple of 4 (the sine-cosine table) and of "
+                f"decoder_heads={decoder_heads}, got decoder_dim={decoder_dim}"
+            )
+        self.mask_ratio = check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
+        self.norm_pix_loss = check_bool("norm_pix_loss", norm_pix_loss)
         self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         grid, patch_pixels = self.patch_embed.grid_size, math.prod(self.patch_embed.patch_size)
         self.register_buffer("pos_table", sinusoidal_2d(grid, c.dim)[None], persistent=False)
@@ -179,16 +166,11 @@ class MaskedAutoencoder(nn.Module):
         self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_dim))
         table = sinusoidal_2d(grid, decoder_dim)[None]
         self.register_buffer("decoder_pos_table", table, persistent=False)
-        options = dict(dim=decoder_dim, num_heads=decoder_heads, dropout=0.0, attn_dropout=0.0)
-        self.decoder = trusted(
-            Encoder, dataclasses.replace(c.block, **options), [0.0] * decoder_depth
-        )
+        opts = dict(dim=decoder_dim, num_heads=decoder_heads, dropout=0.0, attn_dropout=0.0)
+        self.decoder = trusted(Encoder, dataclasses.replace(c.block, **opts), [0.0] * decoder_depth)
         self.decoder_norm = nn.LayerNorm(decoder_dim, eps=c.norm_eps)
         self.decoder_pred = nn.Linear(decoder_dim, patch_pixels * c.in_channels)
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        """MAE's initialisation (``models_mae.py``, ``initialize_weights``)."""
+        # MAE's initialisation (models_mae.py, initialize_weights)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -238,55 +220,55 @@ class MaskedAutoencoder(nn.Module):
     def reconstruct(
         self, images: Tensor, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:
-        """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure.
-
-        ``masked`` has the hidden patches set to 0; ``reconstruction`` shows the visible
-        patches as they were and the predictions in the hidden ones, given each true
-        patch's mean and std when the targets are normalised (as MAE's visualisation does).
-        """
+        """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure: ``masked`` has the
+        hidden patches set to 0; ``reconstruction`` shows the visible patches as they were and
+        the predictions in the hidden ones, given each true patch's mean and std when the
+        targets are normalised (as MAE's visualisation does)."""
         pred, mask = self(images, generator)[1:]
         patches = image_to_patches(images, self.patch_size)
         if self.norm_pix_loss:
             mean = patches.mean(dim=-1, keepdim=True)
             pred = pred * (patches.var(dim=-1, keepdim=True) + 1e-6).sqrt() + mean
-        hidden = mask[:, :, None]
-        masked = patches_to_image(patches * (1 - hidden), self.patch_size, images.shape[-2:])
-        pasted = patches * (1 - hidden) + pred * hidden
-        return masked, patches_to_image(pasted, self.patch_size, images.shape[-2:])
+        visible, hidden = patches * (1 - mask[:, :, None]), pred * mask[:, :, None]
+        size = self.patch_size, images.shape[-2:]
+        return patches_to_image(visible, *size), patches_to_image(visible + hidden, *size)
 
     def to_vit(self, num_classes: int, **fields: Any) -> VisionTransformer:
         """A :class:`~vit_tutorial.vit.VisionTransformer` holding this encoder's weights.
 
-        The patch embedding and the blocks are copied; the sine-cosine table becomes the
-        learned table's starting value (``pos_embed='learned'``, the default) or is simply
-        the ViT's own (``pos_embed='sincos2d'``). The final LayerNorm of pre-training is
-        dropped and the ViT's pooled-feature ``fc_norm`` and its zero head are new, as in
-        MAE's fine-tuning (``models_vit.py`` with ``global_pool``).
-
-        Args:
-            num_classes: the classifier's classes.
-            **fields: other :class:`~vit_tutorial.vit.ViTConfig` fields for the ViT (for
-                example ``drop_path``); the architecture's own fields cannot change.
+        The patch embedding and the blocks are copied; the sine-cosine table becomes the learned
+        table's starting value (``pos_embed='learned'``, the default) or is simply the ViT's own
+        (``pos_embed='sincos2d'``). The final LayerNorm of pre-training is dropped and the ViT's
+        pooled-feature ``fc_norm`` and its zero head (of ``num_classes``) are new, as in MAE's
+        fine-tuning (``models_vit.py`` with ``global_pool``). ``fields`` are other
+        :class:`~vit_tutorial.vit.ViTConfig` fields for the ViT (``drop_path``, say); the
+        architecture's own fields cannot change.
         """
         vit = VisionTransformer(self.config, num_classes=num_classes, **fields)
-        _check_same_encoder(self.config, vit.config)
+        shape = ("image_size", "patch_size", "in_channels", "dim", "depth", "num_heads")
+        changed = [
+            f"{k}: {getattr(self.config, k)!r} -> {getattr(vit.config, k)!r}"
+            for k in (*shape, "mlp_ratio", "qkv_bias", "pool", "stem")
+            if getattr(self.config, k) != getattr(vit.config, k)
+        ]
+        if changed:
+            raise ValueError(
+                f"to_vit keeps the pre-trained architecture; these fields changed: {changed}"
+            )
         weights = {
             k: v for k, v in self.state_dict().items() if k.startswith(("patch_embed.", "encoder."))
         }
         if vit.config.pos_embed == "learned":
             weights["pos_embed.weight"] = self.pos_table.clone()
         result = vit.load_state_dict(weights, strict=False)
-        new = sorted(result.missing_keys)
-        assert not result.unexpected_keys and all(k.startswith(("fc_norm.", "head.")) for k in new)
+        assert not result.unexpected_keys
+        assert all(k.startswith(("fc_norm.", "head.")) for k in result.missing_keys)
         return vit
-
-
-_ARCHITECTURE = ("image_size", "patch_size", "in_channels", "dim", "depth", "num_heads")
 
 
 def _check_encoder(config: ViTConfig) -> None:
     """Refuse an encoder MAE cannot pre-train: a class token, a conv stem, a position code
-    other than a table."""
+    other than a table, a distillation token."""
     if config.pool != "mean":
         raise ValueError(
             f"MAE's encoder here has no class token: pass pool='mean', got {config.pool!r}"
@@ -302,27 +284,3 @@ def _check_encoder(config: ViTConfig) -> None:
         )
     if config.distilled:
         raise ValueError("MAE pre-trains an encoder without a distillation token")
-
-
-def _check_decoder(dim: int, depth: int, heads: int, mask_ratio: float, norm_pix: bool) -> None:
-    check_int("decoder_dim", dim), check_int("decoder_depth", depth)
-    check_int("decoder_heads", heads)
-    if dim % 4 or dim % heads:
-        raise ValueError(
-            f"decoder_dim must be a multiple of 4 (the sine-cosine table) and of "
-            f"decoder_heads={heads}, got decoder_dim={dim}"
-        )
-    check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
-    check_bool("norm_pix_loss", norm_pix)
-
-
-def _check_same_encoder(pretrained: ViTConfig, target: ViTConfig) -> None:
-    changed = [
-        f"{k}: {getattr(pretrained, k)!r} -> {getattr(target, k)!r}"
-        for k in (*_ARCHITECTURE, "mlp_ratio", "qkv_bias", "pool", "stem")
-        if getattr(pretrained, k) != getattr(target, k)
-    ]
-    if changed:
-        raise ValueError(
-            f"to_vit keeps the pre-trained architecture; these fields changed: {changed}"
-        )

@@ -1,13 +1,12 @@
-"""Measuring what a layer costs: wall-clock time, peak memory and FLOP utilisation.
-
-Used by the chapters that measure cost (1 and 7), the performance appendix and
-``benchmarks/``. :func:`interleaved_timings` times several implementations of the same
-work in rotating order, so that a slow spell of the machine hits them all alike, and
+"""What a layer costs: wall-clock time, peak memory and FLOP utilisation (chapters 1 and 7, the
+performance appendix, ``benchmarks/``). :func:`interleaved_timings` times implementations of the
+same work in rotating order, so that a slow spell of the machine hits them all alike, and
 :func:`ratio_to_best` turns those rounds into "ours / the fastest other" per round.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -27,11 +26,11 @@ __all__ = [
 def peak_memory(fn: Callable[[], object]) -> int:
     """Peak bytes of CPU memory that tensors allocated while ``fn()`` ran.
 
-    PyTorch has no ``max_memory_allocated`` for the CPU, so this runs ``fn`` under
-    :class:`torch.profiler.profile` with ``profile_memory=True``, which records every
-    allocation and every free of the tensor allocator (including a kernel's internal
-    buffers), and sums these deltas in time order; the peak is the largest running sum.
-    Memory that was live before the call does not count; the result of ``fn`` does.
+    PyTorch has no CPU ``max_memory_allocated``, so this runs ``fn`` under
+    :class:`torch.profiler.profile` with ``profile_memory=True``, which records every allocation
+    and free of the tensor allocator (a kernel's internal buffers too), and returns the largest
+    running sum of these deltas in time order. Memory live before the call does not count; the
+    result of ``fn`` does.
 
     Example:
         >>> peak_memory(lambda: torch.empty(1024, 1024))  # 4 MiB of float32
@@ -41,32 +40,20 @@ def peak_memory(fn: Callable[[], object]) -> int:
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         fn()
-    # The raw event stream keeps each allocation and free as its own "[memory]" event
-    # (prof.events() folds them into the operators, losing the order within an operator).
+    # Raw events keep each allocation (> 0 bytes) and free (< 0) apart; prof.events() folds
+    # them into the operators, losing their order within one.
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()  # > 0 allocation, < 0 free
-        peak = max(peak, live)
-    return peak
+    events.sort(key=lambda e: e.start_ns())
+    return max(itertools.accumulate((e.nbytes() for e in events), initial=0))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs.
-
-    The median ignores the occasional run slowed down by another process; run it under
-    :func:`torch.inference_mode` with a fixed :func:`torch.set_num_threads` to compare.
-    """
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs: the
+    median ignores the occasional run slowed down by another process. To compare, run it under
+    :func:`torch.inference_mode` with a fixed :func:`torch.set_num_threads`."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(interleaved_timings({"fn": fn}, repeats, warmup)["fn"])
 
 
 def interleaved_timings(
@@ -75,31 +62,24 @@ def interleaved_timings(
     warmup: int = 1,
     synchronize: Callable[[], object] | None = None,
 ) -> dict[str, list[float]]:
-    """Wall-clock seconds of each ``fns[name]()``, once per round, in rotating order.
+    """Wall-clock seconds of each ``fns[name]()``, once per round, in rotating order:
+    ``{name: [seconds of round 0, round 1, ...]}``.
 
-    Every function first runs ``warmup`` times. Then round ``r`` runs all of them, starting
-    with the ``r``-th (mod their number), so none always runs first or last; a machine
+    ``fns`` are the implementations to compare, by name, each doing the same work. Each first
+    runs ``warmup`` times untimed; then round ``r`` (of ``rounds`` >= 1) runs all of them,
+    starting with the ``r``-th (mod their number), so none always runs first or last: a machine
     that slows down for a while slows them all, and the per-round ratios stay fair.
-
-    Args:
-        fns: the implementations to compare, by name; each does the same work.
-        rounds: timed rounds, at least 1.
-        warmup: untimed runs of each function first.
-        synchronize: called before reading the clock (``torch.cuda.synchronize`` on a GPU,
-            whose kernels run asynchronously); ``None`` on the CPU.
-
-    Returns:
-        ``{name: [seconds of round 0, round 1, ...]}``.
+    ``synchronize`` is called before reading the clock (``torch.cuda.synchronize`` on a GPU,
+    whose kernels run asynchronously; ``None`` on the CPU).
 
     Example:
         >>> times = interleaved_timings({"a": lambda: None, "b": lambda: None}, rounds=3)
         >>> {name: len(seconds) for name, seconds in times.items()}
         {'a': 3, 'b': 3}
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if not fns:
         raise ValueError("fns is empty: give at least one function to time")
     sync = synchronize or (lambda: None)
@@ -122,13 +102,11 @@ def interleaved_timings(
 def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, object]:
     """How ``ours`` compares with the fastest of the others, from interleaved rounds.
 
-    The headline ``ratio`` is ``median(times[ours]) / median(times[best])``, where ``best``
-    is the other name with the smallest median time; below 1 means ``ours`` is faster.
-    ``round_median``, ``round_min`` and ``round_max`` summarise the per-round ratios
-    ``times[ours][r] / times[best][r]``, the spread the noise of the machine leaves.
-    (Dividing each round by the smaller of several others' times instead would favour
-    the others: the minimum of noisy times is biased low.) The medians of the raw times
-    come too, as ``median_<name>`` (seconds).
+    ``ratio`` is ``median(times[ours]) / median(times[best])``, ``best`` being the other name
+    with the smallest median (below 1: ``ours`` is faster); ``round_median``, ``round_min`` and
+    ``round_max`` summarise the per-round ratios ``times[ours][r] / times[best][r]``, the spread
+    the machine's noise leaves (the minimum of several others' noisy times per round would be
+    biased low, favouring them); ``median_<name>`` are the raw medians (seconds).
 
     Example:
         >>> r = ratio_to_best({"ours": [1.0, 2.0, 3.0], "a": [2.0, 2.0, 2.0],
@@ -147,24 +125,23 @@ def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, obje
     medians = {name: statistics.median(t) for name, t in times.items()}
     best = min(others, key=medians.__getitem__)
     rounds = [mine / theirs for mine, theirs in zip(times[ours], times[best], strict=True)]
-    summary: dict[str, object] = {
+    return {
         "best": best,
         "ratio": medians[ours] / medians[best],
         "round_median": statistics.median(rounds),
         "round_min": min(rounds),
         "round_max": max(rounds),
+        **{f"median_{name}": m for name, m in medians.items()},
     }
-    summary.update({f"median_{name}": m for name, m in medians.items()})
-    return summary
 
 
 def model_flops_utilization(flops: float, seconds: float, peak_flops: float) -> float:
     """Model FLOP utilisation: ``flops / seconds``, the achieved rate, over the peak rate.
 
-    ``flops`` counts the model's own arithmetic (for a training step of a ViT, about
-    3 × :func:`~vit_tutorial.vit.vit_flops` × batch: the forward pass and a backward pass
-    of twice its cost), not what the hardware did (recomputation, padding), as in PaLM's
-    definition (Chowdhery et al. 2022, Section 4.1 and Appendix B).
+    ``flops`` counts the model's own arithmetic (a ViT training step: about 3 ×
+    :func:`~vit_tutorial.vit.vit_flops` × batch, the forward and a backward of twice its cost),
+    not what the hardware did (recomputation, padding), as in PaLM's definition (Chowdhery et
+    al. 2022, Section 4.1 and Appendix B).
 
     Example:
         >>> round(model_flops_utilization(flops=4e12, seconds=0.01, peak_flops=989e12), 3)
