@@ -1,11 +1,9 @@
 """Checkpoints (chapter 6): save and resume a training run, safely.
 
-:func:`save_checkpoint` writes the weights, the model's config, the optimiser, scheduler
-and grad-scaler states, the history and the RNG states, atomically (a temporary file in the
-same folder, then :func:`os.replace`), with the SHA-256 of its contents.
-:func:`load_checkpoint` reads it back with ``torch.load(..., weights_only=True)``, which
-unpickles only tensors and plain containers, checks the SHA-256, and refuses a checkpoint
-saved from a model with another config.
+:func:`save_checkpoint` writes a run's state atomically (a temporary file in the same folder, then
+:func:`os.replace`), with the SHA-256 of its contents. :func:`load_checkpoint` reads it back with
+``torch.load(..., weights_only=True)``, which unpickles only tensors and plain containers, checks
+the SHA-256, and refuses a checkpoint saved from a model with another config.
 """
 
 from __future__ import annotations
@@ -50,29 +48,20 @@ def save_checkpoint(
     scheduler: LRScheduler | None = None,
     scaler: torch.amp.GradScaler | None = None,
 ) -> None:
-    """Write a checkpoint atomically: to a temporary file in the same folder, then rename.
-
-    It holds the weights, ``dataclasses.asdict(model.config)`` when the model has a
-    dataclass config, the epoch, the history, ``extra`` (plain values), the
-    optimiser/scheduler/grad-scaler states and the torch RNG states (CPU and CUDA), only
-    tensors and plain containers, so that it loads with ``weights_only=True``; and the
-    SHA-256 of all that, which :func:`load_checkpoint` checks. NumPy scalars in ``history``
-    and ``extra`` are stored as Python numbers.
+    """Write a checkpoint atomically (to a temporary file in the same folder, then rename) holding
+    the weights, ``dataclasses.asdict(model.config)`` when the model has a dataclass config, the
+    epoch, the history, ``extra``, the optimiser/scheduler/grad-scaler states and the torch RNG
+    states (CPU and CUDA): only tensors and plain containers, which load with ``weights_only=True``
+    (NumPy scalars become Python numbers); and the SHA-256 of all that, which
+    :func:`load_checkpoint` checks. A value of ``history`` or ``extra`` that ``weights_only=True``
+    could not load back (a datetime, a path, an array...) is a ``TypeError`` naming where it is.
 
     Args:
         path: the file to write; its folder is created if needed.
         model: the model, or its DistributedDataParallel wrapper.
-        epoch: epochs done so far. Like every argument after ``model``, by keyword only:
-            the record of the run, then the training objects whose state to keep.
-        history: the per-epoch history of :func:`~vit_tutorial.engine.fit`.
+        epoch, history: epochs done so far, and :func:`~vit_tutorial.engine.fit`'s history.
         extra: any other plain values (the run's settings, say).
-        optimizer: an optimiser to resume, or ``None``.
-        scheduler: a learning-rate scheduler to resume, or ``None``.
-        scaler: a grad scaler to resume, or ``None``.
-
-    Raises:
-        TypeError: ``history`` or ``extra`` holds a value that ``weights_only=True`` could
-            not load back (a datetime, a path, an array...); the message names where.
+        optimizer, scheduler, scaler: the training objects whose state to keep, or ``None``.
     """
     state = {
         "model": unwrap_model(model).state_dict(),
@@ -113,29 +102,29 @@ def _plain(value: Any, where: str) -> Any:
 
 
 def _sha256(state: dict[str, Any]) -> str:
-    """The SHA-256 of everything in ``state`` but its ``sha256`` entry."""
+    """The SHA-256 of everything in ``state`` but its ``sha256`` entry: tensors by dtype, shape
+    and bytes, the rest by ``repr``."""
     digest = hashlib.sha256()
-    _feed(digest, {key: value for key, value in state.items() if key != "sha256"})
+
+    def feed(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"tensor {tensor.dtype} {tuple(tensor.shape)}\0".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+        elif isinstance(value, dict):
+            digest.update(f"dict {len(value)}\0".encode())
+            for key, item in value.items():
+                feed(key)
+                feed(item)
+        elif isinstance(value, (list, tuple)):  # one kind: torch.load may give back either
+            digest.update(f"sequence {len(value)}\0".encode())
+            for item in value:
+                feed(item)
+        else:
+            digest.update(f"{type(value).__name__} {value!r}\0".encode())
+
+    feed({key: value for key, value in state.items() if key != "sha256"})
     return digest.hexdigest()
-
-
-def _feed(digest: Any, value: Any) -> None:
-    """Add ``value`` to ``digest``: tensors by dtype, shape and bytes, the rest by ``repr``."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu().contiguous()
-        digest.update(f"tensor {tensor.dtype} {tuple(tensor.shape)}\0".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    elif isinstance(value, dict):
-        digest.update(f"dict {len(value)}\0".encode())
-        for key, item in value.items():
-            _feed(digest, key)
-            _feed(digest, item)
-    elif isinstance(value, (list, tuple)):  # one kind: torch.load may give back either
-        digest.update(f"sequence {len(value)}\0".encode())
-        for item in value:
-            _feed(digest, item)
-    else:
-        digest.update(f"{type(value).__name__} {value!r}\0".encode())
 
 
 def load_checkpoint(
@@ -146,22 +135,27 @@ def load_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     restore_rng: bool = True,
 ) -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others).
+    """Load a checkpoint written by :func:`save_checkpoint` into ``model`` (and the others);
+    return the checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
 
-    Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``,
-    and a list is the tuple with the same items.
-
-    Raises:
-        ValueError: the file is empty, truncated, corrupted (its SHA-256 does not match),
-            or not a checkpoint of :func:`save_checkpoint` (a plain state dict, say); or it
-            was saved from a model with a different config, and the message lists each
-            differing field. Every message names the file.
-
-    Returns:
-        The checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
+    Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``, and
+    a list is the tuple with the same items. A ``ValueError`` naming the file refuses one that
+    is empty, truncated, corrupted (its SHA-256 does not match), not a checkpoint of
+    :func:`save_checkpoint` (a plain state dict, say), or saved from a model with another
+    config (listing each differing field).
     """
     state = read_checkpoint(path)
-    _check_config(path, state["config"], _model_config(model))
+    saved, current = state["config"], _model_config(model)
+    if saved is not None and current is not None:
+        diffs = [
+            f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
+            for key in sorted(set(saved) | set(current))
+            if _comparable(key, saved.get(key)) != _comparable(key, current.get(key))
+        ]
+        if diffs:
+            raise ValueError(
+                f"checkpoint {path} was saved from a different model config: " + "; ".join(diffs)
+            )
     unwrap_model(model).load_state_dict(state["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if obj is not None and state[key] is not None:
@@ -174,14 +168,9 @@ def load_checkpoint(
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at ``path`` as a dictionary, once its layout and SHA-256 are checked.
-
-    :func:`load_checkpoint` reads it this way; read it yourself to build the model from its
-    ``config`` first (as :func:`~vit_tutorial.finetune.load_pretrained` does).
-
-    Raises:
-        ValueError: as :func:`load_checkpoint`.
-    """
+    """The checkpoint at ``path`` as a dictionary, once its layout and SHA-256 are checked, as
+    :func:`load_checkpoint` reads it (``ValueError`` alike); read it yourself to build the model
+    from its ``config`` first (as :func:`~vit_tutorial.finetune.load_pretrained` does)."""
     path = Path(path)
     if path.is_file() and path.stat().st_size == 0:
         raise ValueError(f"{path} is empty, not {_EXPECTED}")
@@ -213,31 +202,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with lists as tuples, and an int ``image_size``/``patch_size`` as a pair."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, list):
-            value = tuple(value)
-        if key in _PAIRS and isinstance(value, int) and not isinstance(value, bool):
-            value = (value, value)
-        out[key] = value
-    return out
-
-
-def _check_config(
-    path: str | Path, saved: dict[str, Any] | None, current: dict[str, Any] | None
-) -> None:
-    """ValueError listing each field where the checkpoint's config differs from the model's."""
-    if saved is None or current is None:
-        return
-    a, b = _comparable(saved), _comparable(current)
-    diffs = [
-        f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
-        for key in sorted(set(a) | set(b))
-        if a.get(key) != b.get(key)
-    ]
-    if diffs:
-        raise ValueError(
-            f"checkpoint {path} was saved from a different model config: " + "; ".join(diffs)
-        )
+def _comparable(key: str, value: Any) -> Any:
+    """A config value as compared: a list as a tuple, an int image_size/patch_size as a pair."""
+    if key in _PAIRS and isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    return tuple(value) if isinstance(value, list) else value

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -104,21 +105,19 @@ def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
     add("--no-progress", action="store_true", help="print nothing per epoch")
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    train = commands.add_parser(
-        "train", parents=[shared], prog=subcommand_prog, help="train a preset from scratch"
-    )
-    train.add_argument("--dataset", choices=sorted(DEFAULT_PRESET), help="default: digits")
-    train.add_argument("--preset", choices=sorted(RECIPES), help="default: the dataset's")
-    train.add_argument("--data-root", help="default: $VIT_TUTORIAL_DATA, ~/.cache/vit_tutorial")
+    subcommand = functools.partial(commands.add_parser, parents=[shared], prog=subcommand_prog)
+    train = subcommand("train", help="train a preset from scratch")
+    add = train.add_argument
+    add("--dataset", choices=sorted(DEFAULT_PRESET), help="default: digits")
+    add("--preset", choices=sorted(RECIPES), help="default: the dataset's")
+    add("--data-root", help="default: $VIT_TUTORIAL_DATA, ~/.cache/vit_tutorial")
     train.set_defaults(run=_train, error=train.error)
-    tune = commands.add_parser(
-        "finetune",
-        parents=[shared],
-        prog=subcommand_prog,
-        help="fine-tune a pre-trained model on a folder of images",
-        description=f"defaults: epochs {FINETUNE.epochs}, lr {FINETUNE.lr:g} "
-        f"({LINEAR_PROBE.lr:g} with --linear-probe), batch size {FINETUNE_BATCH_SIZE}",
+    defaults = (
+        f"defaults: epochs {FINETUNE.epochs}, lr {FINETUNE.lr:g} ({LINEAR_PROBE.lr:g} with "
+        f"--linear-probe), batch size {FINETUNE_BATCH_SIZE}"
     )
+    about = "fine-tune a pre-trained model on a folder of images"
+    tune = subcommand("finetune", help=about, description=defaults)
     add = tune.add_argument
     add("source", metavar="SOURCE", help="torchvision:NAME, timm:NAME or a checkpoint path")
     add("--image-folder", type=_folder, required=True, metavar="DIR", help="DIR/CLASS/IMAGE")
@@ -168,20 +167,13 @@ def _finetune(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str
         model = set_image_size(model, image_size)
         if model.config.in_channels != 3:
             raise ValueError(f"the model takes {model.config.in_channels} channels, not RGB")
-        data = image_folder_datasets(
-            args.image_folder,
-            val_dir=args.val_folder,
-            image_size=image_size,
-            mean=mean,
-            std=std,
-            batch_size=args.batch_size or FINETUNE_BATCH_SIZE,
-            seed=args.seed,
-        )
+        batch = dict(batch_size=args.batch_size or FINETUNE_BATCH_SIZE, seed=args.seed)
+        folders = dict(val_dir=args.val_folder, image_size=image_size, mean=mean, std=std)
+        data = image_folder_datasets(args.image_folder, **folders, **batch)
     except (ValueError, ImportError) as error:
         args.error(f"{args.source}: {error}")
-    settings = LINEAR_PROBE if args.linear_probe else FINETUNE
-    given = {"epochs": args.epochs, "lr": args.lr}
-    settings = dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
+    given = {k: v for k, v in (("epochs", args.epochs), ("lr", args.lr)) if v is not None}
+    settings = dataclasses.replace(LINEAR_PROBE if args.linear_probe else FINETUNE, **given)
     result = finetune(model, data, settings, linear_probe=args.linear_probe, **options)
     mode = "linear probe" if args.linear_probe else "full"
     return result, f"finetune {args.source} ({mode}, seed {args.seed}", "validation"
@@ -192,11 +184,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResu
     training time; return the result. ``prog`` (``python -m vit_tutorial.train``'s) names the
     command and its subcommands in messages."""
     default = "vit-tutorial" if Path(sys.argv[0]).name == "vit-tutorial" else None
-    parser = _parser(prog or default or "python -m vit_tutorial.cli", prog)
-    args = parser.parse_args(argv)
+    args = _parser(prog or default or "python -m vit_tutorial.cli", prog).parse_args(argv)
     _check(args)
-    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
-    if distributed:
+    if distributed := int(os.environ.get("WORLD_SIZE", 1)) > 1:
         if args.device.type == "cuda":
             torch.cuda.set_device(args.device)
         dist.init_process_group("nccl" if args.device.type == "cuda" else "gloo")

@@ -1,14 +1,13 @@
 """The training engine (chapters 6, 8 and 9): one loop, :func:`fit`, for every model.
 
-:func:`fit` trains a classifier, a DeiT student and a masked autoencoder alike: what changes
-is the **loss** (:mod:`vit_tutorial.losses`). Its optimisation is DeiT's (Touvron et al.
-2021, Table 9): **AdamW** with weight decay on the weight matrices only
-(:func:`param_groups`), a **linear warm-up, then cosine decay** of the learning rate,
-stepped once per iteration (:func:`warmup_cosine`); the ViT paper pre-trained with Adam
-and a linear decay instead. Gradient clipping, bf16/fp16 autocast on GPUs, a checkpoint
-after every epoch (resumed to the same weights as an uninterrupted run), and
-DistributedDataParallel under ``torchrun`` (only rank 0 writes and prints) complete it.
-"How to fit" is one object, :class:`FitSettings`, checked once when it is built.
+:func:`fit` trains a classifier, a DeiT student and a masked autoencoder alike: only the **loss**
+changes (:mod:`vit_tutorial.losses`). Its optimisation is DeiT's (Touvron et al. 2021, Table 9):
+**AdamW** with weight decay on the weight matrices only (:func:`param_groups`), a **linear warm-up,
+then cosine decay** of the learning rate, stepped every iteration (:func:`warmup_cosine`); the ViT
+paper pre-trained with Adam and a linear decay instead. Also: gradient clipping, bf16/fp16 autocast
+on GPUs, a checkpoint every epoch (resumed to the same weights as an uninterrupted run),
+DistributedDataParallel under ``torchrun`` (rank 0 alone writes and prints). "How to fit" is one
+object, :class:`FitSettings`, checked once when built.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ Device = str | torch.device
 #: A loss for :func:`fit`: ``loss(outputs, images, targets) -> (loss, logits or None)``;
 #: the logits score the training accuracy (``None``: a loss with no accuracy, as MAE's).
 Loss = Callable[[Any, Tensor, Tensor], tuple[Tensor, Tensor | None]]
+_EMPTY = "(an empty dataset, or drop_last=True with fewer samples than batch_size)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +117,9 @@ class TrainResult:
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW parameter groups: decayed weight matrices, and everything else undecayed.
-
-    Not decayed: parameters with fewer than two dimensions (biases, norm weights) and the
-    names returned by ``model.no_weight_decay()`` when the model has that method (as timm
-    models do: class token, position embeddings). Frozen parameters are left out.
+    """Two AdamW parameter groups: decayed weight matrices, and undecayed parameters with fewer
+    than two dimensions (biases, norm weights) or named by ``model.no_weight_decay()`` where the
+    model has it (as timm models do: class token, position embeddings); frozen ones left out.
 
     Example:
         >>> decay, no_decay = param_groups(nn.Sequential(nn.Linear(4, 2), nn.LayerNorm(2)), 0.05)
@@ -132,10 +130,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        exempt = p.ndim < 2 or name in skip or name.split(".")[-1] in skip
-        (no_decay if exempt else decay).append(p)
+        if p.requires_grad:  # frozen ones are left out
+            exempt = p.ndim < 2 or name in skip or name.split(".")[-1] in skip
+            (no_decay if exempt else decay).append(p)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -145,13 +142,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 def warmup_cosine(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
 ) -> LRScheduler:
-    """Linear warm-up to the peak ``lr``, then cosine decay towards 0.
-
-    Step ``t`` (counting from 0) uses ``lr · (t + 1) / (w + 1)`` for ``t < w`` and
-    ``lr · (1 + cos(π (t - w) / (S - w))) / 2`` after, with ``w = warmup_steps`` and
-    ``S = total_steps``. Both parts come from :mod:`torch.optim.lr_scheduler` (``LinearLR``,
-    ``CosineAnnealingLR``), chained by ``SequentialLR``. Call ``scheduler.step()`` after
-    every optimiser step.
+    """Linear warm-up to the peak ``lr``, then cosine decay towards 0: step ``t`` (from 0) uses
+    ``lr · (t + 1) / (w + 1)`` for ``t < w`` and ``lr · (1 + cos(π (t - w) / (S - w))) / 2``
+    after, with ``w = warmup_steps`` and ``S = total_steps``: :mod:`torch.optim.lr_scheduler`'s
+    ``LinearLR`` then ``CosineAnnealingLR``, chained by ``SequentialLR``. Step it after every
+    optimiser step.
 
     Example:
         >>> optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
@@ -166,8 +161,7 @@ def warmup_cosine(
     """
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
-            f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}"
-            f" and total_steps={total_steps}"
+            f"need 0 <= warmup_steps < total_steps, got {warmup_steps=} and {total_steps=}"
         )
     cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps)
     if warmup_steps == 0:
@@ -177,7 +171,7 @@ def warmup_cosine(
 
 
 def resolve_device(device: Device = "auto") -> torch.device:
-    """``'auto'`` is the process's GPU when CUDA is available (``cuda:LOCAL_RANK``), else the CPU."""
+    """``'auto'`` is the process's GPU if CUDA is available (``cuda:LOCAL_RANK``), else the CPU."""
     if str(device) != "auto":
         return torch.device(device)
     if torch.cuda.is_available():
@@ -187,17 +181,13 @@ def resolve_device(device: Device = "auto") -> torch.device:
 
 def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
     """The autocast dtype that ``amp`` asks for on ``device``, or ``None`` for float32."""
-    if amp is None:
-        return None
-    if not isinstance(amp, str) or amp not in ("auto", "bf16", "fp16"):
+    if amp not in (None, "auto", "bf16", "fp16"):
         raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}")
-    if amp == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if amp == "fp16" and device.type != "cuda":
         raise ValueError(f"amp='fp16' needs a CUDA device, got device {device}")
-    return torch.bfloat16 if amp == "bf16" else torch.float16
+    if amp == "auto" and device.type == "cuda":
+        amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
 
 
 def predict(
@@ -222,10 +212,7 @@ def _predict(
         labels.append(y)
     model.train(was_training)
     if not logits:
-        raise ValueError(
-            "the loader yields no batches, so there is nothing to predict (an "
-            "empty dataset, or drop_last=True with fewer samples than batch_size)"
-        )
+        raise ValueError(f"the loader yields no batches, so there is nothing to predict {_EMPTY}")
     return torch.cat(logits), torch.cat(labels)
 
 
@@ -238,10 +225,8 @@ def evaluate(
 
 
 def _scores(logits: Tensor, labels: Tensor) -> dict[str, float]:
-    return {
-        "loss": nn.functional.cross_entropy(logits, labels).item(),
-        "accuracy": (logits.argmax(-1) == labels).float().mean().item(),
-    }
+    loss = nn.functional.cross_entropy(logits, labels).item()
+    return {"loss": loss, "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
 
 
 def fit(
@@ -259,32 +244,29 @@ def fit(
     compile: bool = False,
     **hyperparameters: Any,
 ) -> dict[str, list]:
-    """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history.
+    """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history: for each
+    of :data:`HISTORY_KEYS` a list of one value per epoch (``lr`` its last step's rate, ``time``
+    its training seconds; an accuracy the loss cannot score is NaN).
 
     Args:
         model: the model; ``loss`` reads its output.
         train_loader: ``(images, targets)`` batches; its sampler's ``set_epoch`` runs each epoch.
         val_loader: a classifier's validation batches, scored after every epoch, or ``None``.
-        settings: the :class:`FitSettings`; or leave it out and give its fields as keywords
-            (``fit(model, loader, epochs=3, lr=1e-3)``).
+        settings: the :class:`FitSettings`, or its fields as keywords (``epochs=3, lr=1e-3``).
         loss: ``loss(outputs, images, targets) -> (loss, logits or None)``
             (:mod:`vit_tutorial.losses`); by default the cross-entropy with the settings'
             label smoothing, for class indices or soft labels (Mixup, CutMix).
         device: ``'auto'`` (the GPU when there is one), ``'cpu'``, ``'cuda'``, ...
-        amp: ``'auto'`` (bf16 autocast on GPUs that support it, else fp16 with a grad
-            scaler; nothing on the CPU), ``'bf16'``, ``'fp16'`` or ``None``.
+        amp: ``'auto'`` (bf16 autocast on GPUs that support it, else fp16 with a grad scaler;
+            nothing on the CPU), ``'bf16'``, ``'fp16'`` or ``None``.
         progress: print a line every tenth of the run (on rank 0), or nothing.
         checkpoint_path: save a checkpoint here every epoch; resume from it if it exists.
         extra: plain values every checkpoint carries (the data's normalisation, say).
         compile: train through ``torch.compile(model)``; checkpoints stay plain.
 
-    Returns:
-        :data:`HISTORY_KEYS`, a list each, one value per epoch: ``lr`` its last step's rate,
-        ``time`` its training seconds; an accuracy the loss cannot score is NaN.
-
     Raises:
-        ValueError: an empty ``train_loader``, or a checkpoint to resume that was trained
-            with other settings; a hyperparameter out of range (:class:`FitSettings`).
+        ValueError: an empty ``train_loader``, a checkpoint trained with other settings, or a
+            hyperparameter out of range (:class:`FitSettings`).
         TypeError: both ``settings`` and keywords, or ``compile`` not a bool.
     """
     if settings is None:
@@ -292,20 +274,14 @@ def fit(
     elif hyperparameters:
         raise TypeError(f"pass settings or their fields, not both: got {sorted(hyperparameters)}")
     check_bool("compile", compile)
-    steps = len(train_loader)
-    if steps == 0:
-        raise ValueError(
-            "train_loader yields no batches (an empty dataset, or "
-            "drop_last=True with fewer samples than batch_size)"
-        )
+    if (steps := len(train_loader)) == 0:
+        raise ValueError(f"train_loader yields no batches {_EMPTY}")
     loss = loss if loss is not None else Classification(settings.label_smoothing)
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
     model.to(device)
     if isinstance(loss, nn.Module):
         loss.to(device)  # a teacher inside the loss runs where the model runs
-
-    # The optimiser, its schedule in steps, the fp16 scaler; then resume if we can.
     groups = param_groups(model, settings.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas)
     total = settings.epochs * steps
@@ -314,13 +290,21 @@ def fit(
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     state = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     extra = {**(extra or {}), "settings": {**dataclasses.asdict(settings), "steps": steps}}
-    start, history = _resume(checkpoint_path, model, state, extra)
-    net, distributed = model, dist.is_available() and dist.is_initialized()
+    start, history = 0, {key: [] for key in HISTORY_KEYS}
+    if checkpoint_path is not None and Path(checkpoint_path).exists():  # resume
+        saved = load_checkpoint(checkpoint_path, model, **state)
+        before, wanted = saved["extra"].get("settings", {}), extra["settings"]
+        if diffs := [key for key in wanted if before.get(key) != wanted[key]]:
+            was = ", ".join(f"{key}={before.get(key)!r}" for key in diffs)
+            now = ", ".join(f"{key}={wanted[key]!r}" for key in diffs)
+            raise ValueError(
+                f"cannot resume {checkpoint_path}: it was trained with {was}, not {now}"
+            )
+        start, history = saved["epoch"], saved["history"]
+    distributed = dist.is_available() and dist.is_initialized()  # under torchrun
     first = not distributed or dist.get_rank() == 0  # the process that writes and prints
-    if distributed:  # under torchrun
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    ids = [device.index] if device.type == "cuda" else None
+    net = nn.parallel.DistributedDataParallel(model, device_ids=ids) if distributed else model
     net = torch.compile(net) if compile else net
 
     for epoch in range(start, settings.epochs):
@@ -349,12 +333,10 @@ def fit(
         if distributed:
             dist.all_reduce(sums)  # every rank reports the same, global, numbers
         seconds = time.perf_counter() - tic
-        val = {}
+        val = {"loss": math.nan, "accuracy": math.nan}
         if val_loader is not None:
             val = _scores(*_predict(model, val_loader, device, dtype))
-        train_loss, train_acc = (sums[:2] / sums[2]).tolist()
-        row = (epoch + 1, train_loss, train_acc, val.get("loss", math.nan),
-               val.get("accuracy", math.nan), lr, seconds)  # fmt: skip
+        row = (epoch + 1, *(sums[:2] / sums[2]).tolist(), val["loss"], val["accuracy"], lr, seconds)
         for key, value in zip(HISTORY_KEYS, row):
             history[key].append(value)
         if checkpoint_path is not None and first:
@@ -369,32 +351,9 @@ def fit(
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
 
 
-def _resume(
-    path: str | Path | None, model: nn.Module, state: dict[str, Any], extra: dict[str, Any]
-) -> tuple[int, dict[str, list]]:
-    """The epoch to start from and the history so far: the checkpoint's, when it exists.
-
-    Raises:
-        ValueError: the checkpoint was trained with other settings.
-    """
-    if path is None or not Path(path).exists():
-        return 0, {key: [] for key in HISTORY_KEYS}
-    saved = load_checkpoint(path, model, **state)
-    before, wanted = saved["extra"].get("settings", {}), extra["settings"]
-    diffs = [key for key in wanted if before.get(key) != wanted[key]]
-    if diffs:
-        was = ", ".join(f"{key}={before.get(key)!r}" for key in diffs)
-        now = ", ".join(f"{key}={wanted[key]!r}" for key in diffs)
-        raise ValueError(f"cannot resume {path}: it was trained with {was}, not {now}")
-    return saved["epoch"], saved["history"]
-
-
 def _log(history: dict[str, list], epochs: int) -> None:
     """Print the epoch's line, for every tenth of the run."""
-    epoch = history["epoch"][-1]
+    epoch, loss, acc, _, val = (history[key][-1] for key in HISTORY_KEYS[:5])
     if epoch % max(1, epochs // 10) == 0 or epoch == epochs:
-        print(
-            f"epoch {epoch}/{epochs} loss {history['train_loss'][-1]:.4f} "
-            f"train_acc {history['train_acc'][-1]:.4f} val_acc {history['val_acc'][-1]:.4f}",
-            flush=True,
-        )
+        line = f"epoch {epoch}/{epochs} loss {loss:.4f} train_acc {acc:.4f} val_acc {val:.4f}"
+        print(line, flush=True)

@@ -1,20 +1,17 @@
 """Fine-tuning a pre-trained ViT on your own images: load it, give it a new head, train it.
 
-The steps, each a function:
+The steps, each a function, run in this order by ``python -m vit_tutorial.cli finetune SOURCE
+--image-folder DIR`` (:mod:`vit_tutorial.cli`):
 
 1. :func:`load_pretrained` turns a torchvision model, a timm model or one of our checkpoints
    into a :class:`~vit_tutorial.vit.VisionTransformer`, with the normalisation its weights
    expect (ImageNet's mean and std, or timm's 0.5 for its augreg ViTs);
 2. :func:`set_image_size` resamples the learned position table for another image size;
-3. :func:`replace_head` puts a zero-initialised head for the new classes, as the ViT
-   paper does when fine-tuning (Dosovitskiy et al. 2021, Section 3.2), and
+3. :func:`replace_head` puts a zero-initialised head for the new classes, as the ViT paper
+   does when fine-tuning (Dosovitskiy et al. 2021, Section 3.2), and
    :func:`freeze_for_linear_probe` optionally leaves only that head to train;
-4. :func:`finetune` trains with :func:`~vit_tutorial.engine.fit` and the settings of
-   :data:`FINETUNE`, on the images of :func:`~vit_tutorial.data.image_folder_datasets`
-   (a folder with one sub-folder per class).
-
-The command line ``python -m vit_tutorial.cli finetune SOURCE --image-folder DIR``
-(:mod:`vit_tutorial.cli`) runs these steps in this order.
+4. :func:`finetune` trains with :func:`~vit_tutorial.engine.fit` and :data:`FINETUNE`, on the
+   images of :func:`~vit_tutorial.data.image_folder_datasets` (one sub-folder per class).
 """
 
 from __future__ import annotations
@@ -72,7 +69,6 @@ def load_pretrained(
     source: str | os.PathLike, *, pretrained: bool = True
 ) -> tuple[VisionTransformer, tuple[float, ...], tuple[float, ...]]:
     """Our model from ``source``, and the normalisation ``(mean, std)`` its weights expect.
-
     ``source`` is one of:
 
     * ``'torchvision:NAME'``, NAME a torchvision ViT (``vit_b_16``, ...), converted with
@@ -81,21 +77,17 @@ def load_pretrained(
     * ``'timm:NAME'``, NAME a timm ViT (``vit_small_patch16_224``, ...), converted with
       :func:`~vit_tutorial.interop.from_timm`; mean and std from the model's
       ``pretrained_cfg`` (0.5 and 0.5 for timm's augreg ViTs, ImageNet's for others);
-    * the path of a checkpoint of a :class:`~vit_tutorial.vit.VisionTransformer` written by
-      :func:`~vit_tutorial.checkpoint.save_checkpoint`, read with
+    * the path of a :class:`~vit_tutorial.vit.VisionTransformer`'s checkpoint, read with
       :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256
       checked); mean and std from its ``extra["mean"]`` and ``extra["std"]``, as
       :func:`finetune` saves them, else ImageNet's.
 
-    ``pretrained=False`` builds the same architecture with random weights and takes the
-    same path otherwise: the tests and offline runs use it, since the weights of torchvision
-    and timm are downloaded. It changes nothing for a checkpoint.
-
-    Raises:
-        ValueError: ``source`` is none of the three forms, names an unknown or non-ViT
-            model, or is a file that is not such a checkpoint.
-        ImportError: a ``timm:`` source without timm installed.
-        TypeError: ``source`` is not a string or a path, or ``pretrained`` not a bool.
+    ``pretrained=False`` builds the same architecture with random weights, the same way
+    otherwise (offline runs and the tests use it); it changes nothing for a checkpoint.
+    ``ValueError`` for a ``source`` of none of the three forms, naming an unknown or non-ViT
+    model, or a file that is no such checkpoint; ``ImportError`` for ``timm:`` without timm
+    installed; ``TypeError`` for a ``source`` that is no string or path, or a non-bool
+    ``pretrained``.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a string or a path, got {type(source).__name__}")
@@ -119,11 +111,11 @@ def _torchvision_model(name: str, pretrained: bool) -> tuple[VisionTransformer, 
     if name not in names:
         raise ValueError(f"unknown torchvision ViT {name!r}; expected one of {names}")
     weights = models.get_model_weights(name).DEFAULT if pretrained else None
-    reference = models.get_model(name, weights=weights)
+    model = from_torchvision(models.get_model(name, weights=weights))
     if weights is None:
-        return from_torchvision(reference), IMAGENET_MEAN, IMAGENET_STD
+        return model, IMAGENET_MEAN, IMAGENET_STD
     transform = weights.transforms()
-    return from_torchvision(reference), tuple(transform.mean), tuple(transform.std)
+    return model, tuple(transform.mean), tuple(transform.std)
 
 
 def _timm_model(name: str, pretrained: bool) -> tuple[VisionTransformer, Any, Any]:
@@ -150,21 +142,17 @@ def _timm_model(name: str, pretrained: bool) -> tuple[VisionTransformer, Any, An
 def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:
     """The model of a checkpoint, built from its config, then given its weights."""
     state = read_checkpoint(path)  # read once: weights_only, layout and SHA-256 checked
-    config = state["config"]
     try:
-        config = ViTConfig(**config) if isinstance(config, dict) else None
-    except TypeError:  # another model's config (AxialViT's, say)
-        config = None
-    if config is None:
+        config = ViTConfig(**state["config"])
+    except TypeError:  # no config (None), or another model's (AxialViT's, say)
         raise ValueError(
             f"{path} holds no VisionTransformer config: expected a checkpoint of a "
             "VisionTransformer written by vit_tutorial.checkpoint.save_checkpoint"
-        )
+        ) from None
     model = VisionTransformer(config)
     model.load_state_dict(state["model"])
     extra = state["extra"]
-    mean, std = extra.get("mean", IMAGENET_MEAN), extra.get("std", IMAGENET_STD)
-    return model, tuple(mean), tuple(std)
+    return model, tuple(extra.get("mean", IMAGENET_MEAN)), tuple(extra.get("std", IMAGENET_STD))
 
 
 def _check_model(model: object) -> VisionTransformer:
@@ -179,19 +167,12 @@ def _check_model(model: object) -> VisionTransformer:
 def set_image_size(
     model: VisionTransformer, image_size: int | tuple[int, int]
 ) -> VisionTransformer:
-    """``model`` for images of ``image_size``: a copy with its position table resampled.
-
-    The learned table is resampled bicubically to the new patch grid with
-    :func:`~vit_tutorial.positional.resize_pos_embed` (a sinusoidal table is recomputed),
-    and ``config.image_size`` is updated, so that the model accepts the new size and a
-    checkpoint of it rebuilds. Every other weight is copied. At the model's own size,
-    ``model`` itself is returned.
-
-    Raises:
-        TypeError: ``model`` is not a :class:`~vit_tutorial.vit.VisionTransformer`, or
-            ``image_size`` not an int or a pair of ints.
-        ValueError: the patch size does not divide ``image_size``, or the model has
-            relative position biases (their tables are sized for one grid).
+    """``model`` for images of ``image_size``: a copy with its position table resampled bicubically
+    to the new patch grid (:func:`~vit_tutorial.positional.resize_pos_embed`; a sinusoidal one is
+    recomputed), every other weight copied, and ``config.image_size`` updated, so that a checkpoint
+    rebuilds. At the model's own size, ``model`` itself is returned. ``TypeError`` for a model not
+    ours or an ``image_size`` not an int or a pair of ints; ``ValueError`` when the patch size does
+    not divide it, or for relative position biases (their tables are sized for one grid).
     """
     config = _check_model(model).config
     if pair(image_size, "image_size") == pair(config.image_size):
@@ -214,20 +195,12 @@ def set_image_size(
 
 
 def replace_head(model: VisionTransformer, num_classes: int) -> VisionTransformer:
-    """Give ``model`` a new zero-initialised head of ``num_classes`` logits, in place.
-
-    The head is ``nn.Linear(dim, num_classes)`` with zero weight and bias, as the ViT paper
-    attaches for fine-tuning (Section 3.2) and torchvision initialises; ``model.config`` is
-    updated, so that a checkpoint of the fine-tuned model rebuilds.
-
-    Returns:
-        ``model``.
-
-    Raises:
-        TypeError: ``model`` is not a :class:`~vit_tutorial.vit.VisionTransformer`, or
-            ``num_classes`` is not an int.
-        ValueError: ``num_classes < 1``, or the model is distilled (DeiT's distillation
-            token and second head would need a teacher to fine-tune).
+    """Give ``model`` a new zero-initialised head of ``num_classes`` logits, in place; return it:
+    ``nn.Linear(dim, num_classes)`` with zero weight and bias, as the ViT paper attaches for
+    fine-tuning (Section 3.2) and torchvision initialises; ``model.config`` is updated, so that a
+    checkpoint of the fine-tuned model rebuilds. ``TypeError`` for a model not ours or a
+    ``num_classes`` not an int; ``ValueError`` for ``num_classes < 1`` or a distilled model (DeiT's
+    distillation token and second head would need a teacher).
     """
     check_int("num_classes", num_classes)
     if _check_model(model).config.distilled:
@@ -235,9 +208,8 @@ def replace_head(model: VisionTransformer, num_classes: int) -> VisionTransforme
             "replace_head does not handle distilled models (config.distilled=True): their "
             "second head trains against a teacher; fine-tune a model without a distillation token"
         )
-    old = model.head
-    model.head = nn.Linear(model.config.dim, num_classes, device=old.weight.device)
-    model.head.to(old.weight.dtype)
+    weight = model.head.weight
+    model.head = nn.Linear(model.config.dim, num_classes, device=weight.device).to(weight.dtype)
     nn.init.zeros_(model.head.weight)
     nn.init.zeros_(model.head.bias)
     model.config = dataclasses.replace(model.config, num_classes=num_classes)
@@ -247,11 +219,11 @@ def replace_head(model: VisionTransformer, num_classes: int) -> VisionTransforme
 def freeze_for_linear_probe(model: VisionTransformer) -> list[str]:
     """Freeze every parameter but the head's; return the names left trainable.
 
-    A linear probe trains a linear classifier on frozen features, so only ``head`` trains:
-    with ``pool='mean'`` the LayerNorm after pooling (``fc_norm``) stays frozen too, as part
-    of the features. :func:`~vit_tutorial.engine.fit` gives the optimiser only the
-    parameters that require gradients, so the frozen ones do not change, not even by weight
-    decay. Dropout and stochastic depth of the frozen blocks still act in training.
+    A linear probe trains a linear classifier on frozen features, so only ``head`` trains: with
+    ``pool='mean'`` the LayerNorm after pooling (``fc_norm``) stays frozen too, as part of the
+    features. :func:`~vit_tutorial.engine.fit` optimises only parameters that require gradients,
+    so the frozen ones do not change, not even by weight decay. Dropout and stochastic depth of
+    the frozen blocks still act in training.
 
     Example:
         >>> model = VisionTransformer(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2)
@@ -276,26 +248,22 @@ def finetune(
     amp: str | None = "auto",
     progress: bool = True,
 ) -> TrainResult:
-    """Fine-tune ``model`` on ``data`` with :func:`~vit_tutorial.engine.fit`, then score it.
+    """Fine-tune ``model`` on ``data`` with :func:`~vit_tutorial.engine.fit`, then score it;
+    ``TypeError`` for a model not ours, ``ValueError`` for images with another number of
+    channels than the model takes.
 
     Args:
-        model: a :class:`~vit_tutorial.vit.VisionTransformer`, trained in place.
-        data: its training images and the held-out ones (``data.test_loader``, scored at
-            the end; :func:`~vit_tutorial.data.image_folder_datasets` gives them).
-        settings: how to fit; by default :data:`FINETUNE`, or :data:`LINEAR_PROBE` with
-            ``linear_probe``.
+        model: our ViT, trained in place.
+        data: its training images and the held-out ones (``data.test_loader``, scored at the
+            end; :func:`~vit_tutorial.data.image_folder_datasets` gives them).
+        settings: by default :data:`FINETUNE`, or :data:`LINEAR_PROBE` with ``linear_probe``.
         new_head: first give the model a zero-initialised head for ``data.num_classes``
             (:func:`replace_head`); ``False`` keeps the head it has.
         linear_probe: train only the head (:func:`freeze_for_linear_probe`).
         validate: score ``data.val_loader`` (or ``data.test_loader``) after every epoch.
-        checkpoint_path: :func:`~vit_tutorial.engine.fit`'s; the checkpoint also carries
-            ``data.mean``, ``data.std`` and ``data.classes``, so that :func:`load_pretrained`
-            reads it back with its normalisation.
-        device, amp, progress: :func:`~vit_tutorial.engine.fit`'s.
-
-    Raises:
-        TypeError: ``model`` is not a :class:`~vit_tutorial.vit.VisionTransformer`.
-        ValueError: ``data``'s images have another number of channels than the model takes.
+        checkpoint_path, device, amp, progress: :func:`~vit_tutorial.engine.fit`'s; the
+            checkpoint also carries ``data.mean``, ``data.std`` and ``data.classes``, which
+            :func:`load_pretrained` reads back.
     """
     channels = _check_model(model).config.in_channels
     if data.in_channels != channels:
@@ -306,17 +274,9 @@ def finetune(
         freeze_for_linear_probe(model)
     if settings is None:
         settings = LINEAR_PROBE if linear_probe else FINETUNE
-    held_out = data.val_loader or data.test_loader
-    history = fit(
-        model,
-        data.train_loader,
-        held_out if check_bool("validate", validate) else None,
-        settings,
-        device=device,
-        amp=amp,
-        progress=progress,
-        checkpoint_path=checkpoint_path,
-        extra={"mean": data.mean, "std": data.std, "classes": data.classes},
-    )
+    held_out = (data.val_loader or data.test_loader) if check_bool("validate", validate) else None
+    extra = {"mean": data.mean, "std": data.std, "classes": data.classes}
+    options = dict(device=device, amp=amp, progress=progress, checkpoint_path=checkpoint_path)
+    history = fit(model, data.train_loader, held_out, settings, extra=extra, **options)
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
     return TrainResult(model, history, accuracy, sum(history["time"]))

@@ -1,9 +1,8 @@
 """Training recipes (chapter 6): a dataset, a model and how to fit it, by name.
 
-:data:`RECIPES` holds the presets; :func:`train_recipe` builds the data and the model of
-one, trains it with :func:`~vit_tutorial.engine.fit` and measures its test accuracy. The
-command line ``python -m vit_tutorial.cli train`` (:mod:`vit_tutorial.cli`) is a thin
-layer over :func:`train_recipe`.
+:data:`RECIPES` holds the presets; :func:`train_recipe` builds the data and the model of one,
+trains it with :func:`~vit_tutorial.engine.fit` and measures its test accuracy. The command
+line ``python -m vit_tutorial.cli train`` (:mod:`vit_tutorial.cli`) is a thin layer over it.
 """
 
 from __future__ import annotations
@@ -48,11 +47,11 @@ class Recipe:
             raise TypeError(f"fit must be a FitSettings, got {type(self.fit).__name__}")
 
 
-def _vit(patch_size: int, dim: int, depth: int, num_heads: int, stem: str = "patch") -> dict:
+def _vit(patch_size: int, dim: int, depth: int, num_heads: int, stem: str = "patch", **kw) -> dict:
     """A preset's model: an MLP of width 2·D and average pooling (no class token)."""
     return dict(
         patch_size=patch_size, dim=dim, depth=depth, num_heads=num_heads, stem=stem,
-        mlp_ratio=2.0, pool="mean",
+        mlp_ratio=2.0, pool="mean", **kw,
     )  # fmt: skip
 
 
@@ -63,29 +62,21 @@ def _fit(epochs: int, lr: float, warmup_epochs: float = 0, **options) -> FitSett
     )
 
 
-_DIGITS_VIT = _vit(1, 64, 4, 4)
-
 #: The presets. ``digits`` (the default for ``--dataset digits``) is the hybrid ViT of the
 #: target: a convolutional stem, patch size 1 on the 8×8 digits, 4 blocks of width 64.
-#: ``digits-vit`` is the paper's plain patch embedding with the patch size that suits it best
-#: on digits (4, so 4 tokens), ``digits-tiny`` a smoke test, and
-#: ``cifar10`` a hybrid ViT for CIFAR-10 on a GPU. ``fashion-mnist`` is chapter 8's hybrid
-#: ViT (a convolutional stem to a 7×7 grid, 4 blocks of width 64), trained without
-#: augmentation: in 13 epochs crops and flips cost more than they give (chapter 8);
-#: ``fashion-mnist-tiny`` a smoke test.
+#: ``digits-vit`` is the paper's plain patch embedding with the patch size that suits it best on
+#: digits (4, so 4 tokens), ``digits-tiny`` a smoke test, and ``cifar10`` a hybrid ViT for
+#: CIFAR-10 on a GPU. ``fashion-mnist`` is chapter 8's hybrid ViT (a convolutional stem to a 7×7
+#: grid, 4 blocks of width 64), trained without augmentation: in 13 epochs crops and flips cost
+#: more than they give (chapter 8); ``fashion-mnist-tiny`` a smoke test.
 RECIPES: dict[str, Recipe] = {
-    "digits": Recipe("digits", {**_DIGITS_VIT, "stem": "conv"}, 64, _fit(20, 2e-3, 5)),
-    "digits-vit": Recipe(
-        "digits", {**_DIGITS_VIT, "patch_size": 4, "stem": "patch"}, 64, _fit(40, 2e-3, 5)
-    ),
+    "digits": Recipe("digits", _vit(1, 64, 4, 4, "conv"), 64, _fit(20, 2e-3, 5)),
+    "digits-vit": Recipe("digits", _vit(4, 64, 4, 4), 64, _fit(40, 2e-3, 5)),
     "digits-tiny": Recipe("digits", _vit(4, 16, 1, 2), 64, _fit(2, 3e-3)),
     "fashion-mnist": Recipe("fashion-mnist", _vit(4, 64, 4, 4, "conv"), 128, _fit(13, 2e-3, 1)),
     "fashion-mnist-tiny": Recipe("fashion-mnist", _vit(7, 16, 1, 2), 256, _fit(1, 3e-3)),
     "cifar10": Recipe(
-        "cifar10",
-        {**_vit(4, 192, 6, 3, "conv"), "drop_path": 0.1},
-        256,
-        _fit(50, 1e-3, 5, grad_clip=1.0),
+        "cifar10", _vit(4, 192, 6, 3, "conv", drop_path=0.1), 256, _fit(50, 1e-3, 5, grad_clip=1.0)
     ),
 }
 #: The preset ``--dataset`` picks when ``--preset`` is not given.
@@ -96,10 +87,8 @@ def recipe_datasets(
     recipe: Recipe, seed: int = 0, data_root: str | Path | None = None
 ) -> DataSplits:
     """The data of ``recipe``: its dataset, its batch size, the loader shuffled by ``seed``.
-
-    ``data_root`` is where CIFAR-10 is (or is downloaded to), and where Fashion-MNIST's
-    files are looked for (default: :func:`~vit_tutorial.data.data_root`).
-    """
+    ``data_root`` is where CIFAR-10 is (or is downloaded to), and where Fashion-MNIST's files
+    are looked for (default: :func:`~vit_tutorial.data.data_root`)."""
     if recipe.dataset == "digits":
         return digits_datasets(seed=seed, batch_size=recipe.batch_size)
     if recipe.dataset == "fashion-mnist":
@@ -123,13 +112,10 @@ def train_recipe(
 ) -> TrainResult:
     """Train preset ``preset`` with seed ``seed`` and evaluate it on the test split.
 
-    The seed fixes the initial weights and the data order; the digits split is the same
-    for every seed. ``epochs``, ``lr`` and ``batch_size``, when not ``None``, override the
-    preset's (and are checked there: 0 is refused, not ignored). ``device``, ``amp`` and
-    ``compile`` are :func:`~vit_tutorial.engine.fit`'s.
-
-    Raises:
-        ValueError: an unknown preset, or an override out of range (``epochs=0``, say).
+    The seed fixes the initial weights and the data order; the digits split is the same for
+    every seed. ``epochs``, ``lr`` and ``batch_size``, when not ``None``, override the preset's
+    (and are checked there: ``epochs=0`` is a ``ValueError``, not ignored, as is an unknown
+    preset). ``device``, ``amp`` and ``compile`` are :func:`~vit_tutorial.engine.fit`'s.
     """
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
@@ -141,22 +127,10 @@ def train_recipe(
         recipe = dataclasses.replace(recipe, batch_size=batch_size)
     data = recipe_datasets(recipe, seed, data_root)
     torch.manual_seed(seed)  # the same initial weights on every rank
-    model = VisionTransformer(
-        image_size=data.image_size,
-        in_channels=data.in_channels,
-        num_classes=data.num_classes,
-        **recipe.model,
-    )
-    history = fit(
-        model,
-        data.train_loader,
-        data.val_loader or data.test_loader,  # digits and CIFAR-10 have no validation split
-        recipe.fit,
-        device=device,
-        amp=amp,
-        progress=progress,
-        checkpoint_path=checkpoint_path,
-        compile=compile,
-    )
+    shape = dict(image_size=data.image_size, in_channels=data.in_channels)
+    model = VisionTransformer(**shape, num_classes=data.num_classes, **recipe.model)
+    options = dict(device=device, amp=amp, progress=progress, checkpoint_path=checkpoint_path)
+    held_out = data.val_loader or data.test_loader  # digits and CIFAR-10 have no validation split
+    history = fit(model, data.train_loader, held_out, recipe.fit, compile=compile, **options)
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
     return TrainResult(model, history, accuracy, sum(history["time"]))
