@@ -2,9 +2,7 @@
 
 The names a reader of the book uses are importable from the package itself
 (``from vit_tutorial import VisionTransformer``); helpers stay in their modules
-(``from vit_tutorial.patches import pair``). Each module's ``__all__`` lists its public
-names; ``vit_tutorial.__all__`` is built from the imports below, so each name is written
-once.
+(``from vit_tutorial.patches import pair``). ``__all__`` is built from the imports below.
 """
 
 from types import ModuleType as _ModuleType

@@ -16,13 +16,8 @@ __all__ = ["report", "main"]
 
 # (name shown, module imported) for each package whose version the report names.
 PACKAGES = [
-    ("torch", "torch"),
-    ("torchvision", "torchvision"),
-    ("timm", "timm"),
-    ("numpy", "numpy"),
-    ("einops", "einops"),
-    ("scikit-learn", "sklearn"),
-    ("matplotlib", "matplotlib"),
+    (name.replace("sklearn", "scikit-learn"), name)
+    for name in ["torch", "torchvision", "timm", "numpy", "einops", "sklearn", "matplotlib"]
 ]
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 NOT_INSTALLED = "not installed"

@@ -1,8 +1,5 @@
-"""Files that are never half-written, and their SHA-256: one way each, for the whole project.
-
-Checkpoints, downloaded repository files, trained teachers and the benchmarks' result
-files are all written by :func:`write_atomically`, and hashed by :func:`sha256`.
-"""
+"""Files that are never half-written, and their SHA-256: one way each, for the whole project
+(checkpoints, downloaded repository files, trained teachers, the benchmarks' results)."""
 
 from __future__ import annotations
 
@@ -19,19 +16,16 @@ __all__ = ["write_atomically", "sha256"]
 def write_atomically(
     path: str | os.PathLike, write: bytes | str | Callable[[BinaryIO], object]
 ) -> Path:
-    """Write ``path`` through a temporary file in the same folder, then rename it.
+    """Write ``path`` (its folder created when needed) through a temporary file in the same
+    folder, then rename it; return ``path`` as a :class:`~pathlib.Path`.
 
     A reader sees the old file or the new one, never half of one: :func:`os.replace` is
-    atomic within a file system, and a failed write removes its temporary file. The folder
-    is created when needed.
+    atomic within a file system, and a failed write removes its temporary file.
 
     Args:
         path: the file to write.
         write: the bytes or text (UTF-8) to write, or a function that writes into the open
             binary file it is given (``lambda f: torch.save(state, f)``).
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
 
     Example:
         >>> import tempfile

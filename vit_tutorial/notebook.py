@@ -1,21 +1,11 @@
 """What a chapter needs to run alike in the book's checkout, on Colab and in plain Jupyter.
 
-The notebooks of the book import three helpers from here:
-
-- :func:`glue` puts a number a cell computed into the book's text (myst-nb's ``glue``);
-  where myst-nb is not installed (Colab, plain Jupyter) it prints ``name: value`` instead,
-  so that the reader still sees every number the prose cites;
-- :func:`online` says whether the online-only cells (those that download weights or data)
-  run: on Colab, or where ``VIT_TUTORIAL_ONLINE=1``;
-- :func:`repository_file` gives a file of the repository that the package does not hold
-  (a result of ``benchmarks/``, a benchmark script): the checkout's own file when the
-  notebook runs inside one, else a copy downloaded once from the commit the installed
-  package was built from.
-
-That commit is written into the wheel when it is built (``setup.py`` records
-``git rev-parse HEAD`` in ``vit_tutorial/_commit.txt``); an install that lacks it falls back
-to the commit pip recorded for a ``git+`` install, then to the branch of
-:data:`REPOSITORY_URL`.
+- :func:`glue` puts a number a cell computed into the book's text (myst-nb's ``glue``), or
+  prints ``name: value`` where myst-nb is not installed (Colab, plain Jupyter);
+- :func:`online` says whether the online-only cells (they download weights or data) run;
+- :func:`repository_file` gives a file of the repository the package does not hold (a
+  result of ``benchmarks/``, a script): the checkout's own, else a copy downloaded once
+  from the commit the installed package was built from (:func:`package_commit`).
 """
 
 from __future__ import annotations
@@ -30,6 +20,7 @@ import urllib.parse
 import urllib.request
 from importlib import metadata, resources
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from vit_tutorial.files import write_atomically
 
@@ -45,32 +36,25 @@ __all__ = [
     "repository_file",
 ]
 
-#: The repository the book is published from: ``repository.url`` of ``_config.yml``
-#: (a test checks that they agree).
+#: The repository the book is published from: ``repository.url`` of ``_config.yml`` (tested).
 REPOSITORY_URL = "https://github.com/vit-tutorial/vit-tutorial"
 #: Its branch: ``repository.branch`` of ``_config.yml``.
 REPOSITORY_BRANCH = "main"
 #: The folder, in the notebook's working folder, that holds downloaded repository files.
 CACHE_FOLDER = "vit_tutorial_files"
-# The file that setup.py writes into a built package: the commit it was built from.
-_COMMIT_FILE = "_commit.txt"
+_COMMIT_FILE = "_commit.txt"  # written by setup.py into a built package: its commit
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _ONLINE_VARIABLE = "VIT_TUTORIAL_ONLINE"
 _RAW_URL_VARIABLE = "VIT_TUTORIAL_RAW_URL"
 
 
 def glue(name: str, value: object, display: bool = True) -> None:
-    """Make ``value`` available to the book's text under ``name``.
+    """Make ``value`` (a number, a string, a figure...) available to the book's text as ``name``.
 
-    With myst-nb installed (the book's build) this is myst-nb's ``glue``, and the prose
-    shows the value where its ``glue:text`` role names ``name``. Elsewhere (Colab, Jupyter)
-    it prints one line, ``name: value``, whatever ``display`` says: there is no text to
-    fill, so the reader sees the number in the cell's output instead.
-
-    Args:
-        name: the key the text refers to.
-        value: the value (a number, a string, a figure...).
-        display: whether myst-nb also shows the value in the cell's output.
+    With myst-nb installed (the book's build) this is myst-nb's ``glue``: the prose shows
+    the value where its ``glue:text`` role names ``name``, and ``display`` says whether the
+    cell's output shows it too. Elsewhere (Colab, Jupyter) there is no text to fill: it
+    prints ``name: value``, whatever ``display`` says.
 
     Raises:
         TypeError: ``name`` is not a string.
@@ -94,9 +78,6 @@ def online() -> bool:
     ``VIT_TUTORIAL_ONLINE=1`` or ``0`` decides when it is set; otherwise they run exactly
     on Colab (``google.colab`` is imported there).
 
-    Returns:
-        True when the online-only cells should run.
-
     Raises:
         ValueError: ``VIT_TUTORIAL_ONLINE`` is set to something other than ``0`` or ``1``.
     """
@@ -111,10 +92,9 @@ def online() -> bool:
 def _embedded_commit() -> str | None:
     """The commit that ``setup.py`` wrote into the built package, if any."""
     try:
-        text = resources.files("vit_tutorial").joinpath(_COMMIT_FILE).read_text()
+        commit = resources.files("vit_tutorial").joinpath(_COMMIT_FILE).read_text().strip()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    commit = text.strip()
     return commit if _COMMIT.fullmatch(commit) else None
 
 
@@ -122,37 +102,28 @@ def _direct_url_commit() -> str | None:
     """The commit pip recorded for a ``git+`` install (``direct_url.json``), if any."""
     try:
         text = metadata.distribution("vit_tutorial").read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    try:
         commit = json.loads(text or "{}").get("vcs_info", {}).get("commit_id", "")
-    except (ValueError, AttributeError):
+    except (metadata.PackageNotFoundError, ValueError, AttributeError):
         return None
     return commit if _COMMIT.fullmatch(str(commit)) else None
 
 
 def package_commit() -> str:
-    """The commit whose repository files match the installed package.
+    """The commit whose repository files match the installed package (a hash, or a branch).
 
-    In order: the commit written into the package when its wheel was built, the commit pip
-    recorded for a ``git+`` install, and otherwise :data:`REPOSITORY_BRANCH` (whose files
-    may be newer than the package).
-
-    Returns:
-        A 40-digit commit hash, or the branch name.
+    In order: the commit written into the package when its wheel was built (``setup.py``
+    records ``git rev-parse HEAD`` in ``vit_tutorial/_commit.txt``), the commit pip recorded
+    for a ``git+`` install, else :data:`REPOSITORY_BRANCH` (whose files may be newer).
     """
     return _embedded_commit() or _direct_url_commit() or REPOSITORY_BRANCH
 
 
 def raw_url() -> str:
-    """The address repository files are downloaded from, without the trailing slash.
+    """The ``http(s)://`` or ``file://`` address repository files are downloaded from.
 
     ``$VIT_TUTORIAL_RAW_URL`` when set (a mirror, or a local server in a test), otherwise
-    GitHub's raw-file host for :data:`REPOSITORY_URL`. A file ``path`` of commit ``commit``
-    lies at ``{raw_url()}/{commit}/{path}``.
-
-    Returns:
-        An ``http(s)://`` or ``file://`` address.
+    GitHub's raw-file host for :data:`REPOSITORY_URL`, without the trailing slash. A file
+    ``path`` of commit ``commit`` lies at ``{raw_url()}/{commit}/{path}``.
 
     Raises:
         ValueError: ``VIT_TUTORIAL_RAW_URL`` or :data:`REPOSITORY_URL` is not such an address.
@@ -174,16 +145,10 @@ def raw_url() -> str:
 
 
 def find_repository_root(start: str | os.PathLike[str] | None = None) -> Path | None:
-    """The checkout of the repository that holds ``start``, if there is one.
+    """The root of the repository's checkout that holds ``start``, or None outside one.
 
     A folder is the repository's root when it holds ``_toc.yml`` and the package's folder
     ``vit_tutorial/``; ``start`` (the current folder by default) and its parents are searched.
-
-    Args:
-        start: the folder to search from.
-
-    Returns:
-        The root, or None when ``start`` is not inside a checkout.
     """
     here = Path.cwd() if start is None else Path(start)
     for folder in [here.resolve(), *here.resolve().parents]:
@@ -194,19 +159,12 @@ def find_repository_root(start: str | os.PathLike[str] | None = None) -> Path | 
 
 def _relative_path(path: str | os.PathLike[str]) -> PurePosixPath:
     """``path`` checked: relative, inside the repository, written with ``/``."""
-    if not isinstance(path, (str, os.PathLike)):
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):  # neither text nor a path, or a path of bytes
         raise TypeError(f"repository_file: path must be a str or a path, got {path!r}")
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise TypeError(f"repository_file: path must be text, got {path!r}")
     relative = PurePosixPath(text)
-    if (
-        not text.strip()
-        or "\\" in text
-        or relative.is_absolute()
-        or ".." in relative.parts
-        or relative == PurePosixPath(".")
-    ):
+    parts = relative.parts  # none for "" and "."
+    if not text.strip() or "\\" in text or relative.is_absolute() or ".." in parts or not parts:
         raise ValueError(
             f"repository_file: {text!r} is not a file path relative to the repository's "
             "root, such as 'benchmarks/results/digits_target.json'"
@@ -214,36 +172,28 @@ def _relative_path(path: str | os.PathLike[str]) -> PurePosixPath:
     return relative
 
 
-def _download(url: str, target: Path) -> None:
-    """Write the file at ``url`` to ``target`` atomically (a partial download never shows)."""
-
-    def copy(file) -> None:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            expected = response.headers.get("Content-Length")
-            shutil.copyfileobj(response, file)
-            if expected is not None and file.tell() != int(expected):  # the connection broke
-                raise urllib.error.ContentTooShortError(
-                    f"{url}: got {file.tell()} of {expected} bytes", None
-                )
-
-    write_atomically(target, copy)
+def _download(url: str, file: BinaryIO) -> None:
+    """Write the file at ``url`` into ``file``; ContentTooShortError if the connection breaks."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        expected = response.headers.get("Content-Length")
+        shutil.copyfileobj(response, file)
+        if expected is not None and file.tell() != int(expected):
+            raise urllib.error.ContentTooShortError(
+                f"{url}: got {file.tell()} of {expected} bytes", None
+            )
 
 
 def repository_file(path: str | os.PathLike[str]) -> Path:
     """A file of the repository, such as ``"benchmarks/results/digits_ablation.json"``.
 
-    Inside a checkout (the current folder or one of its parents is the repository's root,
-    see :func:`find_repository_root`) this is the checkout's own file. Otherwise (Colab, a
-    notebook opened on its own) the file is downloaded once, from
+    Inside a checkout (see :func:`find_repository_root`) this is the checkout's own file.
+    Otherwise (Colab, a notebook opened on its own) the file is downloaded once, from
     ``{raw_url()}/{package_commit()}/{path}``, into ``vit_tutorial_files/<commit>/`` of the
     current folder, and later calls return that copy. Files of one folder land in one
     folder, so a benchmark script finds its helper module beside it once both are fetched.
 
     Args:
         path: the file's path from the repository's root, with ``/`` between folders.
-
-    Returns:
-        The path of the local file.
 
     Raises:
         TypeError: ``path`` is not a string or a path.
@@ -264,7 +214,7 @@ def repository_file(path: str | os.PathLike[str]) -> Path:
         return cached
     url = f"{raw_url()}/{urllib.parse.quote(commit)}/{urllib.parse.quote(str(relative))}"
     try:
-        _download(url, cached)
+        write_atomically(cached, lambda file: _download(url, file))  # never half a file
     except urllib.error.URLError as error:  # HTTPError is one; a file:// address gives another
         if getattr(error, "code", None) == 404 or isinstance(error.reason, FileNotFoundError):
             raise FileNotFoundError(

@@ -1,9 +1,8 @@
 """Argument checks shared by the modules: one wording for every "wrong value" error.
 
 Each check raises ``TypeError`` for a value of the wrong kind and ``ValueError`` for one out
-of range, naming the argument, the value and what was expected.
-A value is checked once, where the reader hands it in (a config, a layer built directly);
-the layers built from a validated config are built with :func:`trusted`.
+of range, naming the argument, the value and what was expected. A value is checked once,
+where the reader hands it in; layers built from a validated config use :func:`trusted`.
 """
 
 from __future__ import annotations
@@ -74,8 +73,8 @@ def trusted(cls: type, *args: Any, **kwargs: Any) -> Any:
     """An instance of ``cls`` from arguments checked already: ``_build(*args, **kwargs)`` alone.
 
     A layer checks its arguments in ``__init__``, then makes itself in ``_build``, which checks
-    nothing. ``Layer(...)`` called directly still refuses bad input; a model builds its layers
-    from its validated config with ``trusted(Layer, ...)``, so no value is checked twice.
+    nothing: ``Layer(...)`` still refuses bad input, and a model builds its layers from its
+    validated config with ``trusted(Layer, ...)``, so no value is checked twice.
     """
     instance = cls.__new__(cls)
     instance._build(*args, **kwargs)

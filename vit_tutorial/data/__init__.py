@@ -9,35 +9,19 @@
 * :func:`image_folder_datasets` (:mod:`~vit_tutorial.data.folders`): your own images, one
   sub-folder per class, for fine-tuning a pre-trained ViT (chapter 9).
 
-All return a :class:`DataSplits` (:mod:`~vit_tutorial.data.core`). The training loader's
-order comes from a :class:`~torch.utils.data.DistributedSampler` seeded with ``seed``: an
-epoch's permutation depends only on ``(seed, epoch)``, so runs resume bit for bit, and the
-same loader shards the data under ``torchrun``. Images are ``(C, H, W)`` tensors,
-normalised per channel.
+All return a :class:`DataSplits` of ``(C, H, W)`` images normalised per channel; the
+training loader's order depends only on ``(seed, epoch)`` (:func:`make_loader`), so runs
+resume bit for bit, and it shards the data under ``torchrun``.
 """
 
-# ruff: noqa: F401  (the imports are the package's names: __all__ is built from them)
-from types import ModuleType as _ModuleType
-
-from vit_tutorial.data.cifar10 import CIFAR10_MEAN, CIFAR10_STD, cifar10_datasets
-from vit_tutorial.data.core import (
-    DataSplits,
-    ImageTensors,
-    data_root,
-    make_loader,
-    stratified_indices,
-)
-from vit_tutorial.data.digits import digits_datasets
-from vit_tutorial.data.fashion_mnist import (
-    FASHION_MNIST_DEBIAN_DIR,
-    FASHION_MNIST_MEAN,
-    FASHION_MNIST_STD,
-    fashion_mnist_datasets,
-)
-from vit_tutorial.data.folders import CROP_FRACTION, CROP_SCALE, image_folder_datasets
+# ruff: noqa: F403  (the package's names are its modules' __all__, each written once there)
+from vit_tutorial.data import cifar10, core, digits, fashion_mnist, folders
+from vit_tutorial.data.cifar10 import *
+from vit_tutorial.data.core import *
+from vit_tutorial.data.digits import *
+from vit_tutorial.data.fashion_mnist import *
+from vit_tutorial.data.folders import *
 
 __all__ = sorted(
-    name
-    for name, value in globals().items()
-    if not name.startswith("_") and not isinstance(value, _ModuleType)
+    name for module in (cifar10, core, digits, fashion_mnist, folders) for name in module.__all__
 )

@@ -26,14 +26,13 @@ def cifar10_datasets(
     """CIFAR-10 (50,000 train / 10,000 test 32×32 colour images) with standard augmentation.
 
     Training images get a random 32×32 crop of the image padded by 4 pixels and a random
-    horizontal flip; both splits are normalised with the usual per-channel statistics.
+    horizontal flip; both splits are normalised with :data:`CIFAR10_MEAN` and :data:`CIFAR10_STD`.
 
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
         download: download the data when it is missing.
         seed: seed of the training loader's shuffling.
-        batch_size: training batch size per process.
-        num_workers: loader worker processes.
+        batch_size: training batch size per process (test batches are twice as large).
         timeout: seconds to wait for the download server before giving up.
 
     Raises:

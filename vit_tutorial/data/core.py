@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -45,8 +45,8 @@ class DataSplits:
     in_channels: int
     num_classes: int
     classes: list[str]
-    mean: tuple[float, ...] = field(default=(0.0,))
-    std: tuple[float, ...] = field(default=(1.0,))
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
     val: Dataset | None = None
     val_loader: DataLoader | None = None
 
@@ -72,9 +72,6 @@ def make_loader(
         dataset: any map-style dataset.
         batch_size: samples per batch and per process.
         shuffle: shuffle (training) or keep the order (evaluation, never sharded).
-        seed: seed of the permutation.
-        num_workers: worker processes for loading.
-        drop_last: drop the last incomplete batch.
         collate_fn: how samples become a batch (default: stacked).
 
     Example:
@@ -91,19 +88,12 @@ def make_loader(
     sampler = None
     if shuffle:
         distributed = dist.is_available() and dist.is_initialized()
-        sampler = DistributedSampler(
-            dataset,
-            num_replicas=dist.get_world_size() if distributed else 1,
-            rank=dist.get_rank() if distributed else 0,
-            shuffle=True,
-            seed=seed,
-            drop_last=drop_last,
-        )
+        replicas, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        sampler = DistributedSampler(dataset, replicas, rank, seed=seed, drop_last=drop_last)
     return DataLoader(
         dataset,
-        batch_size=batch_size,
+        batch_size,
         sampler=sampler,
-        shuffle=False,
         num_workers=num_workers,
         drop_last=drop_last,
         persistent_workers=num_workers > 0,
@@ -114,9 +104,9 @@ def make_loader(
 class ImageTensors(Dataset):
     """Greyscale ``uint8`` images in memory, augmented by a ``transforms.v2`` pipeline.
 
-    ``transform`` (if any) receives a ``uint8`` tensor of shape ``(C, H, W)``, as the
-    ``torchvision.transforms.v2`` pipelines expect; the result is then scaled to 0-1 and
-    normalised with ``mean`` and ``std``. Items are ``(image (C, H, W) float32, label)``.
+    ``transform`` (if any) receives a ``uint8`` tensor ``(C, H, W)``, as ``transforms.v2``
+    expects; the result is scaled to 0-1 and normalised with ``mean`` and ``std``. Items are
+    ``(image (C, H, W) float32, label)``.
     """
 
     def __init__(
@@ -153,8 +143,8 @@ class ImageTensors(Dataset):
 def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
     """``size`` indices into ``labels`` with each class in proportion, in a seeded order.
 
-    For one ``seed``, a smaller ``size`` picks a subset of what a larger one picks, so
-    training sets of growing size are nested.
+    For one ``seed``, a smaller ``size`` picks a subset of what a larger one picks (nested
+    training sets).
 
     Example:
         >>> labels = torch.arange(10).repeat(100)  # 10 classes of 100
@@ -183,9 +173,9 @@ def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
 def data_root(root: str | Path | None = None) -> Path:
     """Where datasets are kept: ``root``, else ``$VIT_TUTORIAL_DATA``, else
     ``~/.cache/vit_tutorial``."""
-    if root is not None:
-        return Path(root).expanduser()
-    return Path(os.environ.get("VIT_TUTORIAL_DATA", "~/.cache/vit_tutorial")).expanduser()
+    if root is None:
+        root = os.environ.get("VIT_TUTORIAL_DATA", "~/.cache/vit_tutorial")
+    return Path(root).expanduser()
 
 
 def download_within(

@@ -19,11 +19,7 @@ def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 
 
     Args:
         seed: seed of the training loader's shuffling.
-        batch_size: training batch size.
         test_fraction: share of the images held out for testing.
-
-    Returns:
-        :class:`~vit_tutorial.data.DataSplits` with images of shape ``(1, 8, 8)``.
 
     Example:
         >>> data = digits_datasets()

@@ -1,10 +1,5 @@
-"""Fashion-MNIST: 70,000 28×28 grey images of 10 kinds of clothing (chapter 8).
-
-The four original IDX files are read where they lie: in ``root/FashionMNIST/raw`` (where
-torchvision puts them), else the ``.gz`` files of Debian's ``dataset-fashion-mnist`` package
-(:data:`FASHION_MNIST_DEBIAN_DIR`). Only when neither holds them does torchvision download
-them; without internet a clear error comes within ``timeout`` seconds.
-"""
+"""Fashion-MNIST: 70,000 28×28 grey images of 10 kinds of clothing (chapter 8), read from the
+four original IDX files where they lie, downloaded by torchvision only when they are nowhere."""
 
 from __future__ import annotations
 
@@ -12,6 +7,7 @@ import gzip
 import math
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,11 +121,13 @@ def fashion_mnist_datasets(
 ) -> DataSplits:
     """Fashion-MNIST: 60,000 training and 10,000 test 28×28 grey images of 10 kinds of clothing.
 
-    The files come from ``root/FashionMNIST/raw``, else :data:`FASHION_MNIST_DEBIAN_DIR`,
-    else torchvision downloads them into ``root``; each is checked whole. ``val_size``
-    training images (500 per class by default) are held out for validation, always the same
-    ones; ``train_size`` keeps a class-balanced subset of the rest, nested across sizes. The
-    test set is the official 10,000 images. ``seed`` only shuffles the training loader.
+    The files come from ``root/FashionMNIST/raw`` (where torchvision puts them), else the
+    ``.gz`` files of Debian's ``dataset-fashion-mnist`` (:data:`FASHION_MNIST_DEBIAN_DIR`),
+    else torchvision downloads them into ``root`` (without internet a clear error comes within
+    ``timeout`` seconds); each is checked whole. ``val_size`` training images (500 per class by
+    default) are held out for validation, always the same ones; ``train_size`` keeps a
+    class-balanced subset of the rest, nested across sizes. The test set is the official
+    10,000 images. ``seed`` only shuffles the training loader.
 
     Args:
         root: folder of the data (default :func:`~vit_tutorial.data.data_root`:
@@ -140,11 +138,8 @@ def fashion_mnist_datasets(
             tensor ``(1, 28, 28)``); validation and test images are never augmented.
         batch_transform: applied to each collated training batch ``(images, labels)``,
             e.g. ``v2.RandomChoice([v2.MixUp(...), v2.CutMix(...)])``.
-        seed: seed of the training loader's shuffling.
         batch_size: training batch size per process.
-        num_workers: loader worker processes.
         download: download the files when they are in neither place.
-        timeout: seconds to wait for the download server before giving up.
 
     Returns:
         :class:`~vit_tutorial.data.DataSplits` with ``val``, normalised by ``FASHION_MNIST_*``.
@@ -154,7 +149,6 @@ def fashion_mnist_datasets(
         FileNotFoundError: the files are missing and ``download`` is false.
         ConnectionError: the files are missing and the server cannot be reached.
     """
-    _check_sizes(train_size, val_size)
     train, val, test = _datasets(data_root(root), download, timeout, train_size, val_size)
     train.transform = train_transform
     collate = _BatchTransform(batch_transform) if batch_transform else None
@@ -172,8 +166,12 @@ def fashion_mnist_datasets(
     )
 
 
-def _check_sizes(train_size: int | None, val_size: int) -> None:
-    """Raise TypeError or ValueError, naming the value, for sizes Fashion-MNIST cannot give."""
+def _datasets(
+    root: Path, download: bool, timeout: float, train_size: int | None, val_size: int
+) -> tuple[ImageTensors, ImageTensors | None, ImageTensors]:
+    """The ``train``, ``val`` (or ``None``) and ``test`` :class:`ImageTensors`: a fixed
+    stratified validation split, then a fixed class-balanced subset of the rest (nested
+    across sizes). Sizes Fashion-MNIST cannot give raise TypeError or ValueError first."""
     check_int("val_size", val_size, minimum=0)
     if val_size > 50_000:
         raise ValueError(f"val_size must be at most 50000 of the 60000 images, got {val_size}")
@@ -184,19 +182,10 @@ def _check_sizes(train_size: int | None, val_size: int) -> None:
                 f"train_size must be at most {60_000 - val_size} (60000 images minus "
                 f"val_size={val_size}), got {train_size}"
             )
-
-
-def _datasets(
-    root: Path, download: bool, timeout: float, train_size: int | None, val_size: int
-) -> tuple[ImageTensors, ImageTensors | None, ImageTensors]:
-    """The ``train``, ``val`` (or ``None``) and ``test`` :class:`ImageTensors`: a fixed
-    stratified validation split, then a fixed class-balanced subset of the rest (nested
-    across sizes)."""
     images, labels, test_images, test_labels = _tensors(root, download, timeout)
     val_idx = stratified_indices(labels, val_size, seed=0)
-    rest = torch.ones(len(labels), dtype=torch.bool)
-    rest[val_idx] = False
-    train_idx = rest.nonzero().squeeze(1)
+    train_idx = torch.arange(len(labels))
+    train_idx = train_idx[~torch.isin(train_idx, val_idx)]  # the rest, in order
     if train_size is not None:
         train_idx = train_idx[stratified_indices(labels[train_idx], train_size, seed=1)]
     stats = {"mean": FASHION_MNIST_MEAN, "std": FASHION_MNIST_STD}
@@ -205,11 +194,11 @@ def _datasets(
     return train, val, ImageTensors(test_images, test_labels, **stats)
 
 
+@dataclass
 class _BatchTransform:
     """A loader's ``collate_fn``: the default collation, then ``transform(images, labels)``."""
 
-    def __init__(self, transform: Callable) -> None:
-        self.transform = transform
+    transform: Callable
 
     def __call__(self, batch: list) -> Any:
         return self.transform(*default_collate(batch))

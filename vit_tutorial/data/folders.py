@@ -16,13 +16,10 @@ from vit_tutorial.validate import check_bool, check_int, check_real
 __all__ = ["image_folder_datasets", "CROP_SCALE", "CROP_FRACTION"]
 
 CROP_SCALE = (0.5, 1.0)
-"""Area range of the random training crops, a fraction of the image.
-
-The crops of ImageNet training from scratch reach down to 8 % (``(0.08, 1.0)``,
-torchvision's and timm's default); a pre-trained model fine-tuned on a few images per class
-is better served by crops that keep most of the object. This is a choice, not a measured
-optimum.
-"""
+"""Area range of the random training crops, a fraction of the image: ImageNet training from
+scratch goes down to 8 % (``(0.08, 1.0)``, torchvision's and timm's default), but a model
+fine-tuned on a few images per class is better served by crops that keep most of the object
+(a choice, not a measured optimum)."""
 CROP_FRACTION = 0.875
 """Evaluation: resize the shorter side to ``image_size / 0.875``, then crop the centre."""
 
@@ -90,10 +87,9 @@ def _train_and_held_out(
             "need at least one image on each side"
         )
     held_out_idx = stratified_indices(labels, size, seed=seed)
-    keep = torch.ones(len(labels), dtype=torch.bool)
-    keep[held_out_idx] = False
+    train_idx = torch.arange(len(labels))
+    train_idx = train_idx[~torch.isin(train_idx, held_out_idx)].tolist()  # the rest, in order
     held_out = _image_folder(train_dir, "train_dir", eval_tf)  # the same files, in order
-    train_idx = keep.nonzero().squeeze(1).tolist()
     return Subset(train, train_idx), Subset(held_out, held_out_idx.tolist()), list(train.classes)
 
 
@@ -122,13 +118,11 @@ def image_folder_datasets(
         train_dir: the training images, ``train_dir/<class>/<image>``.
         val_dir: held-out images with the same class folders, or ``None``.
         image_size: side of the square images the model sees.
-        mean: per-channel mean of the normalisation the model's weights expect.
+        mean: per-channel mean (R, G, B) of the normalisation the model's weights expect.
         std: per-channel standard deviation of that normalisation.
         batch_size: training batch size per process (held-out batches too).
         val_fraction: share of each class held out when there is no ``val_dir``.
         seed: seed of the held-out split and of the training loader's shuffling.
-        num_workers: loader worker processes.
-        augment: random crops and flips of the training images.
 
     Raises:
         ValueError: a folder is missing, has fewer than 2 class folders or an empty one,
