@@ -26,6 +26,7 @@ __all__ = [
     "close",
     "diagnose",
     "dtype_name",
+    "grade_loss",
     "passed",
     "scalar_loss",
     "shape_of",
@@ -177,6 +178,46 @@ def diagnose(
         'doubled'
     """
     return next((why for why, wrong in mistakes if close(got, wrong, atol)), otherwise)
+
+
+def grade_loss(
+    fn: Callable,
+    reference: Callable[..., Tensor],
+    mistakes: Callable[..., Iterable[tuple[str, Tensor]]],
+    args: tuple,
+    where: str,
+    *,
+    per_image: str,
+    otherwise: str,
+    atol: float = 1e-5,
+    not_finite: str | None = None,
+) -> None:
+    """Grade one case of a learner's loss: ``fn(*args)`` against ``reference(*args)``.
+
+    ``fn`` gets copies of the tensors of ``args`` (the first one batch-first) and must return
+    the reference's 0-dimensional loss within ``atol`` (:func:`scalar_loss`, with
+    ``per_image``). Otherwise an :class:`AssertionError` gives both values and the explanation
+    of the first of ``mistakes(*args)`` that the answer matches (:func:`diagnose`), else
+    ``otherwise``; a non-finite answer is explained by ``not_finite``, when given.
+
+    Example:
+        >>> def mean(x):
+        ...     return x.mean()
+        >>> summed = lambda x: [("you summed: take the mean", x.sum())]
+        >>> grade_loss(torch.sum, mean, summed, (torch.ones(3),), "x", per_image="", otherwise="")
+        Traceback (most recent call last):
+        ...
+        AssertionError: for x: got 3.0000, want 1.0000; you summed: take the mean
+    """
+    copies = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    got = scalar_loss(call_safely(fn, copies, where), where, len(args[0]), per_image)
+    want = reference(*args)
+    if close(got, want, atol):
+        return
+    if not_finite is not None and not torch.isfinite(got):
+        raise AssertionError(f"for {where}: the loss is {got.item()}: {not_finite}")
+    hint = diagnose(got, mistakes(*args), otherwise, atol)
+    raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

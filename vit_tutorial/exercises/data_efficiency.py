@@ -15,10 +15,9 @@ from vit_tutorial.exercises._common import (
     call_safely,
     checker,
     close,
-    diagnose,
     dtype_name,
+    grade_loss,
     passed,
-    scalar_loss,
     shape_of,
 )
 
@@ -131,21 +130,16 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
             3 * torch.randn(B, K, dtype=dtype) for _ in "abc"
         )
         labels = torch.randint(K, (B,))
-        where = f"B={B} images, K={K} classes, label_smoothing={eps}, {dtype_name(dtype)}"
-        args = (cls_logits, dist_logits, labels, teacher_logits)
-        got = call_safely(fn, (*(a.clone() for a in args), eps), where)
-        want = _distillation_loss(*args, eps)
-        per_image = "each head's cross-entropy is a mean over the batch, a single number"
-        got = scalar_loss(got, where, B, per_image)
-        if close(got, want, atol=1e-5):
-            continue
-        hint = diagnose(
-            got,
-            _distillation_mistakes(*args, eps),
-            "compare with DeiT's formula: (CE(cls_logits, labels, smoothing) + "
+        grade_loss(
+            fn,
+            _distillation_loss,
+            _distillation_mistakes,
+            (cls_logits, dist_logits, labels, teacher_logits, eps),
+            f"B={B} images, K={K} classes, label_smoothing={eps}, {dtype_name(dtype)}",
+            per_image="each head's cross-entropy is a mean over the batch, a single number",
+            otherwise="compare with DeiT's formula: (CE(cls_logits, labels, smoothing) + "
             "CE(dist_logits, teacher_logits.argmax(-1))) / 2",
         )
-        raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
     passed(
         "check_distillation_loss",
         f"DeiT's hard-label distillation loss, on {len(cases)} cases (float32 and float64).",

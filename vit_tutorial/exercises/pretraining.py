@@ -16,8 +16,8 @@ from vit_tutorial.exercises._common import (
     close,
     diagnose,
     dtype_name,
+    grade_loss,
     passed,
-    scalar_loss,
     shape_of,
 )
 from vit_tutorial.losses import masked_patch_loss
@@ -156,27 +156,19 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     ]
     for b, c, h, w, p, hidden, dtype in cases:
         pred, images, mask = _loss_case(b, c, h, w, p, hidden, dtype)
-        where = f"B={b}, C={c}, {h}×{w} images, P={p}, {dtype_name(dtype)}"
-        got = call_safely(fn, (pred.clone(), images.clone(), mask.clone(), p), where)
-        per_image = "average the per-patch errors of all the hidden patches into one number"
-        got = scalar_loss(got, where, b, per_image)
-        want = _mae_loss(pred, images, mask, p)
-        if close(got, want, atol=1e-4):
-            continue
-        if not torch.isfinite(got):
-            raise AssertionError(
-                f"for {where}: the loss is {got.item()}: a blank patch (Fashion-MNIST's "
-                "background) has variance 0, so put the eps under the square root: "
-                "(p - mean) / sqrt(var + 1e-6)"
-            )
-        hint = diagnose(
-            got,
-            _loss_mistakes(pred, images, mask, p),
-            "compare with the mean over hidden patches of ((pred - target)²).mean(-1), "
+        grade_loss(
+            fn,
+            _mae_loss,
+            _loss_mistakes,
+            (pred, images, mask, p),
+            f"B={b}, C={c}, {h}×{w} images, P={p}, {dtype_name(dtype)}",
+            per_image="average the per-patch errors of all the hidden patches into one number",
+            otherwise="compare with the mean over hidden patches of ((pred - target)²).mean(-1), "
             "target = (p - mean) / sqrt(var + 1e-6) for each patch p of image_to_patches",
             atol=1e-4,
+            not_finite="a blank patch (Fashion-MNIST's background) has variance 0, so put the "
+            "eps under the square root: (p - mean) / sqrt(var + 1e-6)",
         )
-        raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
     passed(
         "check_mae_loss",
         "the mean squared error on the hidden patches, each normalised by its own mean and "

@@ -1,28 +1,19 @@
 """The chapters' experiments, apart from the library: one module per chapter.
 
 The library (:mod:`~vit_tutorial.vit`, :mod:`~vit_tutorial.engine`, :mod:`~vit_tutorial.data`,
-...) holds the layers, the training loop and the data. What a chapter *measures* with them,
-the models it compares, their :class:`~vit_tutorial.engine.FitSettings` and the runs, lives
-here, so that the chapter runs it live on a small scale and the scripts of ``benchmarks/``
-run it in full, the same code, to write the result files the book loads:
-
-- :mod:`~vit_tutorial.experiments.ch06`: chapter 6's ablation, a ViT on the digits and
-  variants that each change one design choice;
-- :mod:`~vit_tutorial.experiments.ch08`: chapter 8's study, a ViT, a hybrid ViT and a
-  ResNet-18 on Fashion-MNIST at several training-set sizes, with augmentation and DeiT
-  distillation;
-- :mod:`~vit_tutorial.experiments.ch09`: chapter 9's pre-training (a masked autoencoder,
-  or coarse labels) and fine-tuning with few labels.
-
-Shared by the chapters: :func:`epochs_for`, the budget rule that trains every training-set
-size for the same number of optimisation steps.
+...) holds the layers, the training loop and the data. What a chapter *measures* with them (the
+models it compares, their :class:`~vit_tutorial.engine.FitSettings` and the runs) lives here, so
+that the chapter runs it live on a small scale and the scripts of ``benchmarks/`` run the same
+code in full, to write the result files the book loads: chapter 6's ablation on the digits
+(:mod:`~vit_tutorial.experiments.ch06`), chapter 8's study on Fashion-MNIST
+(:mod:`~vit_tutorial.experiments.ch08`), chapter 9's pre-training and fine-tuning with few
+labels (:mod:`~vit_tutorial.experiments.ch09`). Shared by the chapters: :func:`epochs_for`, the
+budget rule that trains every training-set size for the same number of optimisation steps.
 
 Example:
     >>> epochs_for(1000, steps=50, batch_size=128)  # 8 batches an epoch
     7
 """
-
-from __future__ import annotations
 
 import math
 

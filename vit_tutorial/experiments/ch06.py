@@ -1,13 +1,12 @@
 """Chapter 6's ablation: which design choices matter for a ViT on the digits.
 
-One plain ViT (:data:`BASE`: patch embedding, ``patch_size=2`` so 16 tokens, learned
-position embeddings, mean pooling, width 64, 4 blocks) and variants (:data:`VARIANTS`) that
-each change one thing: the position encoding, the patch size, the pooling, the stem. Every
-run uses the chapter's shortened schedule, :data:`SCHEDULE` (15 epochs, AdamW at 2e-3 with
-weight decay 0.05, 3 warm-up epochs, label smoothing 0.1, batches of 64), and is tested on
-the same 360 test images; the seed changes the initial weights and the order of the
-batches. ``benchmarks/digits_ablation.py`` runs it and writes the result file the chapter
-loads.
+One plain ViT (:data:`BASE`: patch embedding, ``patch_size=2`` so 16 tokens, learned position
+embeddings, mean pooling, width 64, 4 blocks) and variants (:data:`VARIANTS`) that each change
+one thing: the position encoding, the patch size, the pooling, the stem. Every run uses the
+chapter's shortened schedule, :data:`SCHEDULE` (15 epochs, AdamW at 2e-3 with weight decay 0.05,
+3 warm-up epochs, label smoothing 0.1, batches of 64), and is tested on the same 360 test
+images; the seed changes the initial weights and the order of the batches.
+``benchmarks/digits_ablation.py`` runs it and writes the result file the chapter loads.
 
 Example:
     >>> settings(5).warmup_epochs  # the warm-up stays the first fifth
@@ -58,8 +57,7 @@ VARIANTS = {
 
 
 def settings(epochs: int) -> FitSettings:
-    """:data:`SCHEDULE` shortened or stretched to ``epochs``: the warm-up stays its first
-    fifth."""
+    """:data:`SCHEDULE` shortened or stretched to ``epochs``: the warm-up stays its first fifth."""
     warmup = SCHEDULE.warmup_epochs * epochs / SCHEDULE.epochs
     return dataclasses.replace(SCHEDULE, epochs=epochs, warmup_epochs=warmup)
 
@@ -73,12 +71,8 @@ def train_once(config: dict, seed: int, epochs: int) -> dict:
     history = fit(model, split.train_loader, None, settings(epochs), progress=False)
     logits, labels = predict(model, split.test_loader)
     wrong = int((logits.argmax(-1) != labels).sum())
-    return {
-        "seed": seed,
-        "accuracy": 1 - wrong / len(labels),
-        "wrong": wrong,
-        "train_seconds": round(sum(history["time"]), 2),
-    }
+    seconds = round(sum(history["time"]), 2)
+    return dict(seed=seed, accuracy=1 - wrong / len(labels), wrong=wrong, train_seconds=seconds)
 
 
 def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dict]:

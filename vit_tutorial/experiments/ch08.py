@@ -1,22 +1,17 @@
 """Chapter 8's experiments: a ViT, a hybrid ViT and a CNN on Fashion-MNIST, at several
 training-set sizes, with augmentation, regularisation and distillation.
 
-Every run follows one budget rule: the same number of optimisation steps (``steps``,
-batches of 128), whatever the model and the training-set size, so a smaller training
-set is seen for more epochs (:func:`~vit_tutorial.experiments.epochs_for`). All models
-train with the same settings, :data:`FIT` (its epochs and warm-up scaled to the run's
-budget: :attr:`RunSpec.settings`); none is tuned on the test set, which is evaluated once,
-at the end.
+Every run follows one budget rule: the same number of optimisation steps (``steps``, batches of
+128), whatever the model and the training-set size, so a smaller training set is seen for more
+epochs (:func:`~vit_tutorial.experiments.epochs_for`). All models train with the same settings,
+:data:`FIT` (its epochs and warm-up scaled to the run's budget: :attr:`RunSpec.settings`); none
+is tuned on the test set, which is evaluated once, at the end.
 
-The models (:func:`build_model`):
-
-- ``'vit'``: a plain ViT, 4×4-pixel patches (a 7×7 grid), 4 blocks of width 64;
-- ``'hybrid'``: the same transformer on a convolutional stem (the ``fashion-mnist``
-  preset's model);
-- ``'resnet18'``: torchvision's ResNet-18 with a one-channel first convolution
-  (:func:`resnet18_greyscale`).
-
-The augmentations (:data:`AUGMENTATIONS`) all come from ``torchvision.transforms.v2``.
+The models (:func:`build_model`): ``'vit'``, a plain ViT, 4×4-pixel patches (a 7×7 grid), 4
+blocks of width 64; ``'hybrid'``, the same transformer on a convolutional stem (the
+``fashion-mnist`` preset's model); ``'resnet18'``, torchvision's ResNet-18 with a one-channel
+first convolution (:func:`resnet18_greyscale`). The augmentations (:data:`AUGMENTATIONS`) all
+come from ``torchvision.transforms.v2``.
 
 Example:
     >>> spec = RunSpec("hybrid", train_size=1000, seed=0, steps=50)
@@ -66,23 +61,20 @@ BATCH_SIZE = 128
 STEPS = 13 * math.ceil(FULL_TRAIN_SIZE / BATCH_SIZE)
 #: The transformer of ``'vit'`` and ``'hybrid'``.
 VIT_MODEL = dict(patch_size=4, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
-#: The settings of every model, as the full training set's run has them: 13 epochs, one
-#: of warm-up (a thirteenth of the steps, whatever the size: :attr:`RunSpec.settings`).
+#: The settings of every model, as the full training set's run has them: 13 epochs, one of
+#: warm-up (a thirteenth of the steps, whatever the size: :attr:`RunSpec.settings`).
 FIT = FitSettings(epochs=13, lr=2e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
 WARMUP_FRACTION = 13  # warm up for 1/13 of the steps: one epoch of the full set
 MODELS = ("vit", "hybrid", "resnet18")
-_NOT_A_VIT = (
-    "pool, distilled and drop_path apply to the ViTs, not to 'resnet18' (it has no class token)"
-)
 
 
 def resnet18_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
     """torchvision's ResNet-18, its first convolution taking ``in_channels`` channels.
 
-    Nothing else changes: the 7×7 stride-2 convolution and the max-pool take a 28×28 image
-    to a 7×7 grid (the ViT's patch grid), then the four stages to 7, 4, 2 and 1 pixels.
-    The new convolution is initialised as torchvision initialises its convolutions
-    (Kaiming normal, ``fan_out``; ``torchvision/models/resnet.py``).
+    Nothing else changes: the 7×7 stride-2 convolution and the max-pool take a 28×28 image to a
+    7×7 grid (the ViT's patch grid), then the four stages to 7, 4, 2 and 1 pixels. The new
+    convolution is initialised as torchvision initialises its convolutions (Kaiming normal,
+    ``fan_out``; ``torchvision/models/resnet.py``).
     """
     from torchvision.models import resnet18
 
@@ -100,25 +92,22 @@ def build_model(
     """A fresh model of :data:`MODELS` for 28×28 grey images and 10 classes. For the ViTs:
     ``pool`` (``'mean'`` or ``'cls'``), ``distilled`` (DeiT's distillation token; needs
     ``pool='cls'``) and ``drop_path`` (stochastic depth)."""
+    _check_model(name, pool, drop_path, distilled)
+    if name == "resnet18":
+        return resnet18_greyscale()
+    options = dict(VIT_MODEL, pool=pool, drop_path=drop_path, distilled=distilled)
+    stem = "conv" if name == "hybrid" else "patch"
+    return VisionTransformer(image_size=28, in_channels=1, num_classes=10, stem=stem, **options)
+
+
+def _check_model(name: str, pool: str, drop_path: float, distilled: bool) -> None:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
     if name == "resnet18" and (distilled or drop_path or pool != "mean"):
-        raise ValueError(_NOT_A_VIT)
-    return _build(name, pool, drop_path, distilled)
-
-
-def _build(name: str, pool: str, drop_path: float, distilled: bool) -> nn.Module:
-    if name == "resnet18":
-        return resnet18_greyscale()
-    return VisionTransformer(
-        image_size=28,
-        in_channels=1,
-        num_classes=10,
-        stem="conv" if name == "hybrid" else "patch",
-        drop_path=drop_path,
-        distilled=distilled,
-        **{**VIT_MODEL, "pool": pool},
-    )
+        raise ValueError(
+            "pool, distilled and drop_path apply to the ViTs, not to 'resnet18' (it has no "
+            "class token)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,10 +133,7 @@ AUGMENTATIONS: dict[str, Augmentation] = {
     "none": Augmentation("no augmentation"),
     "crop": Augmentation("random crop, padding 2", lambda: _v2().RandomCrop(28, padding=2)),
     "flip": Augmentation("horizontal flip", lambda: _v2().RandomHorizontalFlip()),
-    "crop+flip": Augmentation(
-        "random crop and flip",
-        lambda: _v2().Compose([_v2().RandomCrop(28, padding=2), _v2().RandomHorizontalFlip()]),
-    ),
+    "crop+flip": Augmentation("random crop and flip", lambda: _pipeline("crop", "flip")),
     "trivialaugment": Augmentation("TrivialAugment", lambda: _v2().TrivialAugmentWide()),
     "randaugment": Augmentation(
         "RandAugment (2 ops, magnitude 9)", lambda: _v2().RandAugment(num_ops=2, magnitude=9)
@@ -157,36 +143,30 @@ AUGMENTATIONS: dict[str, Augmentation] = {
     "drop-path": Augmentation("stochastic depth 0.1", drop_path=0.1),
     "all": Augmentation(
         "crop, flip, RandAugment, erasing, Mixup/CutMix, stochastic depth",
-        lambda: _v2().Compose(
-            [
-                _v2().RandomCrop(28, padding=2),
-                _v2().RandomHorizontalFlip(),
-                _v2().RandAugment(num_ops=2, magnitude=9),
-                _v2().RandomErasing(p=0.25),
-            ]
-        ),
+        lambda: _pipeline("crop", "flip", "randaugment", "erasing"),
         batch=True,
         drop_path=0.1,
     ),
 }
 
 
-def _mix(num_classes: int):
+def _pipeline(*rows: str):
+    return _v2().Compose([AUGMENTATIONS[row].image() for row in rows])
+
+
+def _mix():
     v2 = _v2()
     return v2.RandomChoice(
-        [
-            v2.MixUp(alpha=0.8, num_classes=num_classes),
-            v2.CutMix(alpha=1.0, num_classes=num_classes),
-        ]
+        [v2.MixUp(alpha=0.8, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)]
     )
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One training run: a model, a training-set size, a seed, a step budget, an
-    augmentation of :data:`AUGMENTATIONS`, the ViTs' pooling, and whether the run is
-    distilled from the ``'resnet18'`` trained on the same images with the same seed
-    (DeiT's distillation token sits next to the class token: ``pool='cls'``)."""
+    """One training run: a model, a training-set size, a seed, a step budget, an augmentation of
+    :data:`AUGMENTATIONS`, the ViTs' pooling, and whether the run is distilled from the
+    ``'resnet18'`` trained on the same images with the same seed (DeiT's distillation token sits
+    next to the class token: ``pool='cls'``)."""
 
     model: str
     train_size: int = FULL_TRAIN_SIZE
@@ -197,19 +177,14 @@ class RunSpec:
     distilled: bool = False
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r}; expected one of {MODELS}")
         if self.augmentation not in AUGMENTATIONS:
-            raise ValueError(
-                f"unknown augmentation {self.augmentation!r}; expected one of "
-                f"{sorted(AUGMENTATIONS)}"
-            )
+            known = sorted(AUGMENTATIONS)
+            raise ValueError(f"unknown augmentation {self.augmentation!r}; expected one of {known}")
         epochs_for(self.train_size, self.steps)  # checks both
         if self.pool not in ("mean", "cls"):
             raise ValueError(f"pool must be 'mean' or 'cls', got {self.pool!r}")
         drop_path = AUGMENTATIONS[self.augmentation].drop_path
-        if self.model == "resnet18" and (self.distilled or drop_path or self.pool != "mean"):
-            raise ValueError(_NOT_A_VIT)
+        _check_model(self.model, self.pool, drop_path, self.distilled)
         if self.distilled and self.pool != "cls":
             raise ValueError("a distilled run pools the class token: pass pool='cls'")
 
@@ -234,8 +209,7 @@ class RunSpec:
     @property
     def settings(self) -> FitSettings:
         """:data:`FIT` for this run: its epochs, and a warm-up of a thirteenth of its steps."""
-        steps_per_epoch = math.ceil(self.train_size / BATCH_SIZE)
-        warmup = self.steps / WARMUP_FRACTION / steps_per_epoch
+        warmup = self.steps / WARMUP_FRACTION / math.ceil(self.train_size / BATCH_SIZE)
         return dataclasses.replace(FIT, epochs=self.epochs, warmup_epochs=warmup)
 
 
@@ -249,20 +223,11 @@ def run(
     num_workers: int = 0,
     save_to: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train the run ``spec`` describes; its accuracies, time and size.
-
-    Args:
-        data_root: where Fashion-MNIST is (:func:`~vit_tutorial.data.fashion_mnist_datasets`).
-        teacher: the trained classifier a distilled run learns from
-            (:class:`~vit_tutorial.losses.HardDistillation`).
-        device, amp: :func:`~vit_tutorial.engine.fit`'s.
-        num_workers: data-loader worker processes.
-        save_to: save the trained weights here, a checkpoint (a teacher for later runs:
-            :func:`load_teacher`).
-
-    Returns:
-        ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``...
-    """
+    """Train the run ``spec`` describes: ``spec``'s fields, ``test_accuracy``, ``val_accuracy``,
+    ``epochs``, ``train_seconds``... A distilled run learns from ``teacher``, a trained classifier
+    (:class:`~vit_tutorial.losses.HardDistillation`); ``save_to`` gets the trained weights, a
+    checkpoint (a later run's teacher: :func:`load_teacher`); ``device`` and ``amp`` are
+    :func:`~vit_tutorial.engine.fit`'s."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     augmentation = AUGMENTATIONS[spec.augmentation]
@@ -273,10 +238,12 @@ def run(
         batch_size=BATCH_SIZE,
         num_workers=num_workers,
         train_transform=augmentation.image() if augmentation.image else None,
-        batch_transform=_mix(10) if augmentation.batch else None,
+        batch_transform=_mix() if augmentation.batch else None,
     )
     torch.manual_seed(spec.seed)
-    model = _build(spec.model, spec.pool, augmentation.drop_path, spec.distilled)
+    model = build_model(
+        spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
+    )
     settings = spec.settings
     loss = HardDistillation(teacher, settings.label_smoothing) if spec.distilled else None
     history = fit(

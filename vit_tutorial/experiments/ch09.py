@@ -1,21 +1,18 @@
 """Chapter 9's experiments: pre-train on Fashion-MNIST, then fine-tune with few labels.
 
-Three starting points (:data:`STARTS`, :func:`start`) for the same ViT (chapter 8's plain
-ViT: 4×4-pixel patches, a 7×7 grid, 4 blocks of width 64, mean pooling):
+Three starting points (:data:`STARTS`, :func:`start`) for the same ViT (chapter 8's plain ViT:
+4×4-pixel patches, a 7×7 grid, 4 blocks of width 64, mean pooling): ``'scratch'``, random
+weights; ``'mae'``, the encoder of a :class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on
+the 60,000 training images without their labels (:func:`pretrain_mae`); ``'supervised'``, a ViT
+pre-trained on the same 60,000 images with *other* labels, the five coarse groups of
+:data:`COARSE_GROUPS` (:func:`pretrain_supervised`). Like ImageNet pre-training it learns from
+many labels of another task; the groups say nothing about the hard distinctions inside "tops"
+(T-shirt, pullover, coat, shirt) or "footwear".
 
-- ``'scratch'``: random weights;
-- ``'mae'``: the encoder of a :class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on
-  the 60,000 training images without their labels (:func:`pretrain_mae`);
-- ``'supervised'``: a ViT pre-trained on the same 60,000 images with *other* labels, the
-  five coarse groups of :data:`COARSE_GROUPS` (:func:`pretrain_supervised`). Like ImageNet
-  pre-training it learns from many labels of another task; the groups say nothing about
-  the hard distinctions inside "tops" (T-shirt, pullover, coat, shirt) or "footwear".
-
-Each is then trained on ``per_class`` labelled images per class (:func:`labelled_data`),
-either whole (:func:`vit_tutorial.finetune.finetune` with :func:`finetune_settings`, for the
-epochs of :func:`budget`) or as a linear probe on frozen features (:func:`linear_probe`).
-Validation images (the fixed 5,000 of :func:`~vit_tutorial.data.fashion_mnist_datasets`)
-choose the probe's regularisation; the test set is scored once per run.
+Each is then trained on ``per_class`` labelled images per class (:func:`labelled_data`), either
+whole (:func:`vit_tutorial.finetune.finetune` with :func:`finetune_settings`, for the epochs of
+:func:`budget`) or as a linear probe on frozen features (:func:`linear_probe`), whose
+regularisation the fixed 5,000 validation images choose; the test set is scored once per run.
 
 Example:
     >>> [COARSE_NAMES[g] for g in COARSE_GROUPS]  # Fashion-MNIST's classes 0..9
@@ -25,9 +22,7 @@ Example:
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -78,10 +73,10 @@ DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
 COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
 COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
 STARTS = ("scratch", "mae", "supervised")
-#: Optimiser steps (batches of 64) for a pre-trained start, and for the ViT from scratch.
-#: The scratch ViT gets over 3 times more: with 480 steps its accuracy still depends on
-#: the seed by several points (56.7 to 68.6% with 100 labels per class), so a comparison
-#: at equal steps would flatter pre-training.
+#: Optimiser steps (batches of 64) for a pre-trained start, and for the ViT from scratch. The
+#: scratch ViT gets over 3 times more: with 480 steps its accuracy still depends on the seed by
+#: several points (56.7 to 68.6% with 100 labels per class), so a comparison at equal steps
+#: would flatter pre-training.
 FINETUNE_STEPS, SCRATCH_STEPS = 480, 1600
 
 
@@ -110,12 +105,12 @@ def pretrain_mae(
     device: Device = "auto",
     progress: bool = False,
 ) -> tuple[MaskedAutoencoder, dict[str, list]]:
-    """A :class:`~vit_tutorial.mae.MaskedAutoencoder` trained on all 60,000 training
-    images (or a class-balanced ``images`` of them), labels unused; ``(model, history)``.
+    """A :class:`~vit_tutorial.mae.MaskedAutoencoder` trained on all 60,000 training images (or
+    a class-balanced ``images`` of them), labels unused; ``(model, history)``.
 
-    The optimiser is MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW with betas
-    (0.9, 0.95), weight decay 0.05, warm-up then cosine decay
-    (:func:`~vit_tutorial.engine.fit` with :func:`~vit_tutorial.losses.mae_loss`).
+    The optimiser is MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW with betas (0.9,
+    0.95), weight decay 0.05, warm-up then cosine decay (:func:`~vit_tutorial.engine.fit` with
+    :func:`~vit_tutorial.losses.mae_loss`).
     """
     data = fashion_mnist_datasets(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
@@ -142,23 +137,22 @@ def pretrain_supervised(
 ) -> tuple[VisionTransformer, dict[str, list]]:
     """The ViT trained on all 60,000 training images (or a class-balanced ``images`` of
     them) to tell the 5 coarse groups of :data:`COARSE_GROUPS` apart; ``(model, history)``."""
-    data = fashion_mnist_datasets(data_root, train_size=images, val_size=0, seed=seed)
-    coarse = copy.copy(data.train)  # the same images, their coarse groups as labels
-    coarse.labels = torch.tensor(COARSE_GROUPS)[data.train.labels]
+    data = fashion_mnist_datasets(
+        data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
+    )
+    data.train.labels = torch.tensor(COARSE_GROUPS)[data.train.labels]  # the coarse groups
     torch.manual_seed(seed)
     model = VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
-    loader = make_loader(coarse, batch_size, shuffle=True, seed=seed)
     settings = FitSettings(epochs, lr, warmup_epochs=min(1, epochs / 10), label_smoothing=0.1)
-    history = fit(model, loader, None, settings, device=device, progress=progress)
+    history = fit(model, data.train_loader, None, settings, device=device, progress=progress)
     return model.cpu().eval(), history
 
 
 def start(name: str, seed: int, encoders: dict[str, nn.Module]) -> VisionTransformer:
-    """A 10-class ViT for the start ``name`` of :data:`STARTS`, to fine-tune: random
-    weights drawn with ``seed``; ``encoders['mae'].to_vit(10)``; or a copy of
-    ``encoders['supervised']`` with a fresh zero head
-    (:func:`~vit_tutorial.finetune.replace_head`), every other weight kept, the pooled
-    feature's LayerNorm too. The encoders themselves are left as they are."""
+    """A 10-class ViT for the start ``name`` of :data:`STARTS`, to fine-tune: random weights
+    drawn with ``seed``; ``encoders['mae'].to_vit(10)``; or a copy of ``encoders['supervised']``
+    with a fresh zero head (:func:`~vit_tutorial.finetune.replace_head`), every other weight
+    kept, the pooled feature's LayerNorm too. The encoders themselves are left as they are."""
     torch.manual_seed(seed)
     if name == "scratch":
         return VisionTransformer(**ENCODER, pool="mean", num_classes=10)
@@ -176,10 +170,10 @@ def labelled_data(
     eval_size: int | None = None,
     data_root: str | Path | None = None,
 ) -> DataSplits:
-    """Fashion-MNIST with ``per_class`` labelled training images per class, drawn with
-    ``seed`` from the 55,000 left after the validation split; the fixed validation split
-    and the test set whole (or their first ``eval_size`` images, for quick checks).
-    ``image_size`` > 28 upsamples every image (bicubic)."""
+    """Fashion-MNIST with ``per_class`` labelled training images per class, drawn with ``seed``
+    from the 55,000 left after the validation split; the fixed validation split and the test set
+    whole (or their first ``eval_size`` images, for quick checks). ``image_size`` > 28
+    upsamples every image (bicubic)."""
     check_int("per_class", per_class)
     data = fashion_mnist_datasets(data_root, seed=seed, batch_size=batch_size)
     if per_class * 10 > len(data.train):
@@ -191,19 +185,14 @@ def labelled_data(
         for split in (data.train, data.val, data.test):
             split.transform = resize
     picked = stratified_indices(data.train.labels, per_class * 10, seed=seed)
-    train = Subset(data.train, picked.tolist())
-    held_out = {}
+    data.train = Subset(data.train, picked.tolist())
+    data.train_loader = make_loader(data.train, batch_size, shuffle=True, seed=seed)
+    data.image_size = image_size
     if eval_size is not None:
         for name in ("val", "test"):
-            held_out[name] = Subset(getattr(data, name), range(eval_size))
-            held_out[f"{name}_loader"] = make_loader(held_out[name], 1000, shuffle=False)
-    return dataclasses.replace(
-        data,
-        train=train,
-        train_loader=make_loader(train, batch_size, shuffle=True, seed=seed),
-        image_size=image_size,
-        **held_out,
-    )
+            setattr(data, name, Subset(getattr(data, name), range(eval_size)))
+            setattr(data, f"{name}_loader", make_loader(getattr(data, name), 1000, shuffle=False))
+    return data
 
 
 def features(model: VisionTransformer, loader: DataLoader, device: Device = "cpu") -> Tensor:
@@ -225,46 +214,36 @@ class _MeanTokens(nn.Module):
 def linear_probe(
     model: VisionTransformer, data: DataSplits, device: Device = "cpu"
 ) -> dict[str, float]:
-    """Logistic regression on frozen, standardised :func:`features`; the L2 strength is
-    the one of ``C`` in 10^-3..10^2 best on the validation split. Test accuracy and ``C``.
+    """Logistic regression on frozen, standardised :func:`features`; the L2 strength is the one
+    of ``C`` in 10^-3..10^2 best on the validation split. Test accuracy and ``C``.
 
-    MAE's linear probe (Appendix A.2) trains a linear layer after a BatchNorm without
-    affine parameters, by SGD on all of ImageNet; with at most 10,000 labelled images a
-    regularised logistic regression solved exactly (scikit-learn) is the same model,
-    fitted without a schedule to tune.
+    MAE's linear probe (Appendix A.2) trains a linear layer after a BatchNorm without affine
+    parameters, by SGD on all of ImageNet; with at most 10,000 labelled images a regularised
+    logistic regression solved exactly (scikit-learn) is the same model, fitted without a
+    schedule to tune.
     """
     from sklearn.linear_model import LogisticRegression
 
     model.eval()
-    train_loader = make_loader(data.train, 1000, shuffle=False)
-    x, y = features(model, train_loader, device), _labels(data.train)
+    loaders = make_loader(data.train, 1000, shuffle=False), data.val_loader, data.test_loader
+    (x, y), (x_val, y_val), (x_test, y_test) = (
+        predict(_MeanTokens(model), loader, device, None) for loader in loaders
+    )
     mean, std = x.mean(0), x.std(0) + 1e-6
-    scaled = {
-        name: ((features(model, loader, device) - mean) / std).numpy()
-        for name, loader in (("val", data.val_loader), ("test", data.test_loader))
-    }
-    best = None
-    for c in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0):
-        probe = LogisticRegression(C=c, max_iter=2000).fit(((x - mean) / std).numpy(), y)
-        score = probe.score(scaled["val"], _labels(data.val))
-        if best is None or score > best[0]:
-            best = (score, c, probe)
-    score, c, probe = best
-    return {"test_accuracy": probe.score(scaled["test"], _labels(data.test)), "C": c}
-
-
-def _labels(dataset) -> Any:
-    loader = make_loader(dataset, 1000, shuffle=False)
-    return torch.cat([y for _, y in loader]).numpy()
+    x, x_val, x_test = (((f - mean) / std).numpy() for f in (x, x_val, x_test))
+    cs = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    probes = [LogisticRegression(C=c, max_iter=2000).fit(x, y.numpy()) for c in cs]
+    best = max(probes, key=lambda probe: probe.score(x_val, y_val.numpy()))  # the first if tied
+    return {"test_accuracy": best.score(x_test, y_test.numpy()), "C": best.C}
 
 
 def at_resolution(
     model: VisionTransformer, image_size: int, *, interpolate: bool = True
 ) -> VisionTransformer:
-    """``model`` for ``image_size`` × ``image_size`` images, the same patch size, so a
-    larger grid: its position table resampled (:func:`~vit_tutorial.finetune.set_image_size`,
-    the ViT paper's Section 3.2) or, with ``interpolate=False``, replaced by a fresh random
-    table, initialised as a new ViT's (to measure what resampling keeps)."""
+    """``model`` for ``image_size`` × ``image_size`` images, the same patch size, so a larger
+    grid: its position table resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT
+    paper's Section 3.2) or, with ``interpolate=False``, replaced by a fresh random table,
+    initialised as a new ViT's (to measure what resampling keeps)."""
     bigger = set_image_size(model, image_size)
     if not interpolate:
         with torch.no_grad():
@@ -273,24 +252,17 @@ def at_resolution(
 
 
 def digits_like_fashion_mnist(seed: int = 0, batch_size: int = 64) -> DataSplits:
-    """scikit-learn's digits (chapter 6's split: 1,437 training and 360 test images) as
-    the Fashion-MNIST encoder expects them: pixels 0-16 scaled to 0-1, resized bilinearly
-    from 8×8 to 28×28, normalised with Fashion-MNIST's mean and standard deviation."""
+    """scikit-learn's digits (chapter 6's split: 1,437 training and 360 test images) as the
+    Fashion-MNIST encoder expects them: pixels 0-16 scaled to 0-1, resized bilinearly from 8×8
+    to 28×28, normalised with Fashion-MNIST's mean and standard deviation."""
     data = digits_datasets(seed=seed, batch_size=batch_size)
-    sets = {}
     for name in ("train", "test"):
         images, labels = getattr(data, name).tensors
         pixels = (images * data.std[0] + data.mean[0]) / 16
         big = nn.functional.interpolate(pixels, size=28, mode="bilinear", antialias=True)
         normalised = (big.clamp(0, 1) - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
-        sets[name] = TensorDataset(normalised, labels)
-    return dataclasses.replace(
-        data,
-        train=sets["train"],
-        test=sets["test"],
-        train_loader=make_loader(sets["train"], batch_size, shuffle=True, seed=seed),
-        test_loader=make_loader(sets["test"], 512, shuffle=False),
-        image_size=28,
-        mean=FASHION_MNIST_MEAN,
-        std=FASHION_MNIST_STD,
-    )
+        setattr(data, name, TensorDataset(normalised, labels))
+    data.train_loader = make_loader(data.train, batch_size, shuffle=True, seed=seed)
+    data.test_loader = make_loader(data.test, 512, shuffle=False)
+    data.image_size, data.mean, data.std = 28, FASHION_MNIST_MEAN, FASHION_MNIST_STD
+    return data
