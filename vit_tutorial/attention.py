@@ -1,12 +1,11 @@
 """Scaled dot-product attention and multi-head self-attention (chapter 1).
 
-The **teaching path**, :func:`scaled_dot_product_attention`, writes out
-``softmax(Q Kᵀ / √d) V`` and returns the weights; the **fast path**, the fused
-:func:`torch.nn.functional.scaled_dot_product_attention`, never materialises the ``T × T`` matrix
-when it can avoid it. Where it is defined the two agree, also for a query that may attend to
-nothing (its output is zero) and for float16 scores that would overflow before the ``1/√d`` scale
-(the scale is applied to the queries first). Shapes: B batch, T tokens (the queries), M keys
-(M = T in self-attention), D model width, h heads, d head width.
+The **teaching path**, :func:`scaled_dot_product_attention`, writes out ``softmax(Q Kᵀ / √d) V`` and
+returns the weights; the **fast path**, the fused
+:func:`torch.nn.functional.scaled_dot_product_attention`, avoids materialising the ``T × T`` matrix.
+Where it is defined the two agree, also for a query that may attend to nothing (output zero) and for
+float16 scores that would overflow before the ``1/√d`` scale (applied to the queries first). Shapes:
+B batch, T queries, M keys (M = T in self-attention), D model width, h heads, d head width.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ from vit_tutorial.validate import check_bool, check_int, check_real
 
 __all__ = ["attention_weights", "scaled_dot_product_attention", "MultiHeadSelfAttention"]
 
+Rope = Callable[[Tensor], Tensor]  # rotates queries or keys (B, h, T, d), e.g. RotaryEmbedding2D
+
 
 def check_heads(dim: int, num_heads: int) -> None:
     """Refuse a ``dim`` or ``num_heads`` that is no positive int, or heads that do not divide it."""
@@ -33,11 +34,9 @@ def check_heads(dim: int, num_heads: int) -> None:
         )
 
 
-def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
+def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
     """Refuse a mask of the wrong kind (``TypeError``: no boolean or floating-point tensor) or
     shape (``ValueError``: it does not broadcast to ``scores_shape`` ``(..., T, M)``)."""
-    if mask is None:
-        return
     if not isinstance(mask, Tensor) or (mask.dtype != torch.bool and not mask.is_floating_point()):
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise TypeError(
@@ -55,8 +54,7 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
     """Attention weights ``softmax(Q Kᵀ / √d + M)`` of shape ``(..., T, M)``, one row per query.
 
-    Each row sums to 1, or to 0 for a query whose every key is masked (as the fused kernel
-    does), not the ``NaN`` of a softmax over nothing.
+    Rows sum to 1, or to 0 (as in the fused kernel, not ``NaN``) for a query with every key masked.
 
     Args:
         q, k: queries ``(..., T, d)`` and keys ``(..., M, d)``.
@@ -64,8 +62,7 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
             floating point (added to the scores, ``-inf`` blocks).
 
     Example:
-        >>> q = k = torch.eye(2)
-        >>> attention_weights(q, k).sum(dim=-1)
+        >>> attention_weights(torch.eye(2), torch.eye(2)).sum(dim=-1)
         tensor([1., 1.])
     """
     if q.shape[-1] != k.shape[-1]:
@@ -74,9 +71,9 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
             f"{tuple(q.shape)} and k {tuple(k.shape)}"
         )
     scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., T, M)
-    check_mask(mask, scores.shape)
     if mask is None:
         return scores.softmax(dim=-1)
+    check_mask(mask, scores.shape)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     else:
@@ -122,8 +119,7 @@ class MultiHeadSelfAttention(nn.Module):
     ``attn.fused = False``); ``attn.forward_with_weights(x)`` also returns the weights.
 
     Args:
-        dim, num_heads: the model width D and the number of heads h, which must divide D.
-        qkv_bias: whether the query/key/value projection has a bias.
+        dim, num_heads, qkv_bias: D, the heads h (which must divide D), a q/k/v projection bias.
         attn_dropout, proj_dropout: dropout on the attention weights, after the projection.
 
     Example:
@@ -154,7 +150,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_dropout = nn.Dropout(proj_dropout)
 
-    def _heads(self, x: Tensor, rope: Callable[[Tensor], Tensor] | None) -> tuple[Tensor, ...]:
+    def _heads(self, x: Tensor, rope: Rope | None) -> tuple[Tensor, ...]:
         """Queries, keys and values ``(B, h, T, d)`` of tokens ``x`` ``(B, T, D)``."""
         if not isinstance(x, Tensor):
             raise TypeError(f"expected a tensor of tokens (B, T, D), got {type(x).__name__}")
@@ -177,10 +173,7 @@ class MultiHeadSelfAttention(nn.Module):
         return self.proj_dropout(self.proj(out.transpose(1, 2).flatten(2)))  # (B, T, h·d = D)
 
     def forward(
-        self,
-        x: Tensor,
-        attn_bias: Tensor | None = None,
-        rope: Callable[[Tensor], Tensor] | None = None,
+        self, x: Tensor, attn_bias: Tensor | None = None, rope: Rope | None = None
     ) -> Tensor:
         """Attend: tokens ``(B, T, D)`` in, tokens ``(B, T, D)`` out.
 
@@ -192,21 +185,17 @@ class MultiHeadSelfAttention(nn.Module):
         if not self.fused:
             return self.forward_with_weights(x, attn_bias, rope)[0]
         q, k, v = self._heads(x, rope)
-        check_mask(attn_bias, (*q.shape[:3], q.shape[2]))  # the scores' (B, h, T, T)
-        if attn_bias is not None and attn_bias.is_floating_point():
-            attn_bias = attn_bias.to(q.dtype)
+        if attn_bias is not None:
+            check_mask(attn_bias, (*q.shape[:3], q.shape[2]))  # the scores' (B, h, T, T)
+            attn_bias = attn_bias.to(q.dtype) if attn_bias.is_floating_point() else attn_bias
         dropout_p = self.attn_dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p)
         return self._merge(out)  # (B, h, T, d) -> (B, T, D)
 
     def forward_with_weights(
-        self,
-        x: Tensor,
-        attn_bias: Tensor | None = None,
-        rope: Callable[[Tensor], Tensor] | None = None,
+        self, x: Tensor, attn_bias: Tensor | None = None, rope: Rope | None = None
     ) -> tuple[Tensor, Tensor]:
-        """The teaching path: :meth:`forward`'s arguments and output ``(B, T, D)``, and the
-        weights ``(B, h, T, T)``."""
+        """:meth:`forward` on the teaching path, and the weights ``(B, h, T, T)``."""
         q, k, v = self._heads(x, rope)
         weights = attention_weights(q, k, attn_bias)  # (B, h, T, T)
         return self._merge(self.attn_dropout(weights) @ v), weights

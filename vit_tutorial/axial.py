@@ -1,21 +1,20 @@
 """Axial attention: attend along each column, then along each row (chapter 7).
 
-Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` patch tokens (no class token here, so
-``T = N``) costs ``O(N²)`` time, and ``O(N²)`` memory when the score matrix is stored. Axial
-attention (Ho et al. 2019, Wang et al. 2020) splits it in a **height** layer, where a token attends
-only to its column, and a **width** layer, only to its row: ``O(N·Gh)`` and ``O(N·Gw)``, ``O(N·√N)``
-on a square grid, and after both every token has heard from every other one (through the token where
-its row meets the other's column). :func:`attention_flops` counts the cost;
-:func:`vit_tutorial.measure.peak_memory` and :func:`vit_tutorial.measure.median_seconds` measure it
-on the CPU. Shapes: B batch, Gh×Gw grid, N = Gh·Gw patches, T = N tokens, D width, h heads; a column
-is Gh tokens, a row Gw.
+Full self-attention over a ``Gh × Gw`` grid of ``N = Gh·Gw`` patch tokens costs ``O(N²)`` time, and
+``O(N²)`` memory when the score matrix is stored. Axial attention (Ho et al. 2019, Wang et al. 2020)
+splits it in a **height** layer, where a token attends only to its column, and a **width** layer,
+only to its row: ``O(N·Gh)`` and ``O(N·Gw)``, ``O(N·√N)`` on a square grid, and after both every
+token has heard from every other one (through the token where its row meets the other's column).
+:func:`attention_flops` counts the cost; :func:`vit_tutorial.measure.peak_memory` and
+:func:`vit_tutorial.measure.median_seconds` measure it on the CPU. Shapes: B batch, Gh×Gw grid (a
+column is Gh tokens, a row Gw), N = Gh·Gw patches, T = N tokens (no class token), D width, h heads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch  # noqa: F401  (the doctests use it)
 from einops import rearrange
@@ -26,7 +25,7 @@ from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, grid_coordinates, pair
 from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
 from vit_tutorial.validate import check_int, check_real, trusted
-from vit_tutorial.vit import TransformerConfig
+from vit_tutorial.vit import TransformerConfig, VisionTransformer
 
 __all__ = [
     "AxialAttention",
@@ -39,10 +38,9 @@ __all__ = [
 ]
 
 AXES = ("height", "width")
-# einops patterns folding the other axis into the batch: one sequence per column (height)
-# or per row (width), and back (after splitting the batch axis, so that B = 0 works).
+# einops patterns folding the other axis into the batch (a sequence per column or row), and back
 _FOLD = {"height": "b gh gw d -> (b gw) gh d", "width": "b gh gw d -> (b gh) gw d"}
-_UNFOLD = {"height": "b gw gh d -> b gh gw d", "width": "b gh gw d -> b gh gw d"}
+_UNFOLD = {"height": "(b gw) gh d -> b gh gw d", "width": "(b gh) gw d -> b gh gw d"}
 
 
 def _check_axis(axis: str) -> None:
@@ -55,9 +53,8 @@ def _check_axis(axis: str) -> None:
 def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
     """Apply ``fn`` to every column (``'height'``) or every row (``'width'``) of a grid.
 
-    The other axis of the grid ``x`` ``(B, Gh, Gw, D)`` is folded into the batch; ``fn`` (e.g. a
-    multi-head self-attention) maps the short sequences ``(B·Gw, Gh, D)`` or ``(B·Gh, Gw, D)``
-    to ``(·, ·, D')``, and its output is put back on the grid.
+    The other axis of ``x`` ``(B, Gh, Gw, D)`` is folded into the batch; ``fn`` maps the short
+    sequences ``(B·Gw, Gh, D)`` or ``(B·Gh, Gw, D)`` to ``(·, ·, D')``, put back on the grid.
 
     Example:
         >>> x = torch.randn(2, 3, 5, 4)
@@ -69,22 +66,19 @@ def along_axis(x: Tensor, fn: Callable[[Tensor], Tensor], axis: str) -> Tensor:
         shape = f"{x.dim()}-D {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"expected a grid of tokens of shape (B, Gh, Gw, D), got {shape}")
     lines = fn(rearrange(x, _FOLD[axis]))  # (B·Gw, Gh, D) or (B·Gh, Gw, D)
-    lines = lines.unflatten(0, (x.shape[0], x.shape[2 if axis == "height" else 1]))
-    return rearrange(lines, _UNFOLD[axis])  # (B, Gh, Gw, D)
+    return rearrange(lines, _UNFOLD[axis], b=x.shape[0], gh=x.shape[1], gw=x.shape[2])
 
 
 class AxialAttention(nn.Module):
     """Multi-head self-attention along one axis of a ``(B, Gh, Gw, D)`` grid of tokens.
 
-    With ``axis='height'`` each token attends to the ``Gh`` tokens of its column; with ``'width'``,
-    to the ``Gw`` tokens of its row. ``dim``, ``num_heads`` and ``**attention_options`` build its
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` ``attn`` (same parameters, same fused
-    and explicit paths), which sees the ``B·Gw`` columns or ``B·Gh`` rows as a batch
-    (:func:`along_axis`): full attention over the flattened grid with the mask :func:`axial_mask`.
+    Each token attends to its column (``axis='height'``) or row (``'width'``). The
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` ``attn`` of ``dim``, ``num_heads`` and
+    ``**attention_options`` sees the ``B·Gw`` columns or ``B·Gh`` rows as a batch
+    (:func:`along_axis`): full attention on the flattened grid masked by :func:`axial_mask`.
 
     Example:
-        >>> attn = AxialAttention(dim=32, num_heads=4, axis="height")
-        >>> attn(torch.randn(2, 6, 9, 32)).shape  # a 6×9 grid keeps its layout
+        >>> AxialAttention(dim=32, num_heads=4, axis="height")(torch.randn(2, 6, 9, 32)).shape
         torch.Size([2, 6, 9, 32])
     """
 
@@ -96,14 +90,11 @@ class AxialAttention(nn.Module):
         super().__init__()
         self.axis, self.attn = axis, attn
 
-    @property
-    def fused(self) -> bool:
-        """The ``fused`` switch of the inner attention (set it to compare the two paths)."""
-        return self.attn.fused
-
-    @fused.setter
-    def fused(self, value: bool) -> None:
-        self.attn.fused = value
+    fused = property(
+        lambda self: self.attn.fused,
+        lambda self, value: setattr(self.attn, "fused", value),
+        doc="The ``fused`` switch of the inner attention (set it to compare the two paths).",
+    )
 
     def _check(self, x: Tensor) -> None:
         if isinstance(x, Tensor) and x.dim() == 4 and x.shape[-1] != self.attn.dim:
@@ -118,10 +109,8 @@ class AxialAttention(nn.Module):
         return along_axis(x, self.attn, self.axis)
 
     def forward_with_weights(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """:meth:`forward` on the explicit path, and the attention weights.
-
-        One matrix per column, ``(B, Gw, h, Gh, Gh)``, or per row, ``(B, Gh, h, Gw, Gw)``.
-        """
+        """:meth:`forward` on the explicit path, and the attention weights: one matrix per column,
+        ``(B, Gw, h, Gh, Gh)``, or per row, ``(B, Gh, h, Gw, Gw)``."""
         self._check(x)
         kept = []
 
@@ -131,25 +120,18 @@ class AxialAttention(nn.Module):
             return out
 
         out = along_axis(x, attend, self.axis)
-        lines = x.shape[2] if self.axis == "height" else x.shape[1]  # Gw columns or Gh rows
-        return out, kept[0].unflatten(0, (x.shape[0], lines))
+        return out, kept[0].unflatten(0, (x.shape[0], x.shape[2 if self.axis == "height" else 1]))
 
     def extra_repr(self) -> str:
         return f"axis={self.axis!r}"
 
 
 class AxialEncoderBlock(nn.Module):
-    """A pre-norm encoder block for a grid: height attention, width attention, MLP.
+    """A pre-norm encoder block for a grid: height attention, width attention and MLP, each in a
+    residual branch ``x = x + DropPath(layer(LN(x)))``.
 
-    .. code-block:: text
-
-        x = x + DropPath(HeightAttention(LN(x)))
-        x = x + DropPath(WidthAttention(LN(x)))
-        x = x + DropPath(MLP(LN(x)))
-
-    After one block every token depends on every other token of the grid. The arguments are
-    those of :class:`~vit_tutorial.encoder.EncoderBlock` but ``norm_first`` (``num_heads``
-    for each of the two attention layers).
+    Arguments as for :class:`~vit_tutorial.encoder.EncoderBlock` but ``norm_first`` (``num_heads``
+    per attention layer); after one block each token depends on the whole grid.
 
     Example:
         >>> AxialEncoderBlock(dim=32, num_heads=4)(torch.randn(2, 4, 6, 32)).shape
@@ -181,28 +163,19 @@ class AxialEncoderBlock(nn.Module):
 
 @dataclasses.dataclass
 class AxialViTConfig(TransformerConfig):
-    """Every choice that defines an :class:`AxialViT` (defaults: ViT-B/16 sizes).
-
-    Exactly the fields of :class:`~vit_tutorial.vit.TransformerConfig`: ``depth`` counts
-    :class:`AxialEncoderBlock` s, ``pos_embed`` is ``'learned'`` or ``'sincos2d'`` (fixed), and
-    there is no ``pool`` field: the model always averages the tokens.
-    """
-
-    POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
+    """Every choice that defines an :class:`AxialViT` (defaults: ViT-B/16 sizes): the fields of
+    :class:`~vit_tutorial.vit.TransformerConfig`, ``depth`` counting :class:`AxialEncoderBlock` s,
+    ``pos_embed`` ``'learned'`` or ``'sincos2d'`` (fixed); no ``pool``: it averages the tokens."""
 
 
 class AxialViT(nn.Module):
     """A Vision Transformer whose blocks are :class:`AxialEncoderBlock` s.
 
-    .. code-block:: text
-
-        images (B, C, H, W) -> PatchEmbedding -> (B, N, D) -> + position -> (B, Gh, Gw, D)
-          -> AxialEncoderBlock × depth -> mean over the grid -> LayerNorm -> Linear -> logits
-
-    **No class token.** It is not on the grid, so it has no row or column to attend along; it would
-    need its own global attention (``O(N)`` per layer, cheap, but a third kind of layer). The model
-    averages the tokens instead, as ViT does with ``pool='mean'``; after one block every token has
-    seen the whole image, so the average does too. Trainable with :func:`vit_tutorial.engine.fit`.
+    Patches plus position, as a grid ``(B, Gh, Gw, D)``, pass ``depth`` blocks; their mean over the
+    grid goes through a LayerNorm to the linear head. **No class token:** off the grid, it has no
+    row or column to attend along, and would need its own global attention (``O(N)`` per layer,
+    cheap, but a third kind of layer). The model averages the tokens instead, as ViT with
+    ``pool='mean'``; after one block each token, so the mean too, has seen the whole image.
 
     Args:
         config: an :class:`AxialViTConfig`, kept as ``config``; ``None``: the defaults.
@@ -245,18 +218,16 @@ class AxialViT(nn.Module):
         pooled = self.forward_features(images).mean(dim=(1, 2))  # (B, D)
         return self.head(self.fc_norm(pooled))
 
-    def no_weight_decay(self) -> set[str]:
-        """Names of the parameters exempt from weight decay: the position table."""
-        return {name for name, _ in self.named_parameters() if name.startswith("pos_embed.")}
+    no_weight_decay = VisionTransformer.no_weight_decay  # the position table (no class token)
 
 
 def axial_mask(grid_size: IntOrPair, axis: str) -> Tensor:
     """Which token may attend to which in one axial layer, on the flattened grid.
 
-    A boolean ``(N, N)`` mask over the ``N = Gh·Gw`` tokens of a ``grid_size`` ``G`` or
-    ``(Gh, Gw)``, numbered row-major: ``True`` = the query (row) may attend to the key (column)
-    in the same column (``axis='height'``) or row (``'width'``). It is the ``attn_bias`` of a
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` given the flattened grid ``(B, N, D)``.
+    A boolean ``(N, N)`` mask over the ``N = Gh·Gw`` tokens of a grid ``G`` or ``(Gh, Gw)``,
+    row-major: ``True`` = the query (row) may attend to the key (column) in the same column
+    (``axis='height'``) or row (``'width'``); the ``attn_bias`` of a
+    :class:`~vit_tutorial.attention.MultiHeadSelfAttention` on the flattened grid ``(B, N, D)``.
 
     Example:
         >>> axial_mask((2, 3), "width").int()  # two rows of three tokens
@@ -268,18 +239,16 @@ def axial_mask(grid_size: IntOrPair, axis: str) -> Tensor:
                 [0, 0, 0, 1, 1, 1]], dtype=torch.int32)
     """
     _check_axis(axis)
-    rows, cols = grid_coordinates(grid_size)  # (N,) each
-    line = cols if axis == "height" else rows
+    line = grid_coordinates(grid_size)[1 if axis == "height" else 0]  # (N,): column or row
     return line[:, None] == line[None, :]  # (N, N)
 
 
 def attention_flops(grid_size: IntOrPair, dim: int, kind: str) -> int:
     """Floating-point operations of one attention layer on a ``Gh × Gw`` grid, by formula.
 
-    A multiply-add counts as 2 FLOPs; softmax, scaling and biases are left out. With
-    ``N = Gh·Gw``, ``kind='full'`` costs ``8·N·D²`` for the projections (q, k, v and output)
-    plus ``4·N²·D`` (``Q Kᵀ`` and ``A V``); ``'axial'``, a height and a width layer,
-    ``16·N·D²`` plus ``4·N·(Gh + Gw)·D``.
+    A multiply-add counts as 2 FLOPs; softmax, scaling and biases are left out. With ``N = Gh·Gw``,
+    ``kind='full'`` costs ``8·N·D²`` (projections q, k, v, out) plus ``4·N²·D`` (``Q Kᵀ`` and
+    ``A V``); ``'axial'``, a height and a width layer, ``16·N·D²`` plus ``4·N·(Gh + Gw)·D``.
 
     Example:
         >>> full, axial = (attention_flops(64, 64, kind) for kind in ("full", "axial"))

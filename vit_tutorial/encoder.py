@@ -33,11 +33,10 @@ __all__ = [
 def init_weights(module: nn.Module) -> None:
     """timm's and DeiT's initialisation of a Linear layer; apply it with ``model.apply``.
 
-    Weights from a normal of std 0.02 truncated at ±2 std (std 0.02 × 0.880 ≈ 0.0176, chapter 3),
-    zero biases; other modules keep PyTorch's. timm's ``init_weights_vit_timm`` keeps
-    ``trunc_normal_``'s bounds, ±2 in absolute units, no truncation at std 0.02. The reference
-    ViT (``vit_jax/models_vit.py``) uses Xavier-uniform kernels, MLP biases from N(0, 1e-6²),
-    other biases zero (chapter 4).
+    Weights from a normal of std 0.02 truncated at ±2 std (std ≈ 0.0176, chapter 3), zero biases;
+    others keep PyTorch's. timm's ``init_weights_vit_timm`` keeps ``trunc_normal_``'s absolute
+    bounds ±2 (no truncation); the reference ViT (``vit_jax/models_vit.py``) has Xavier-uniform
+    kernels, MLP biases from N(0, 1e-6²), other biases zero (chapter 4).
 
     Example:
         >>> layer = nn.Linear(256, 256).apply(init_weights)
@@ -65,10 +64,9 @@ def drop_path_rates(drop_path: float, depth: int) -> list[float]:
 class MLP(nn.Module):
     """The position-wise feed-forward network: Linear, GELU, dropout, Linear, dropout.
 
-    ``dim`` is D (in and out), ``hidden_dim`` is ``mlp_ratio · D`` in ViT (3072 for D = 768),
-    ``dropout`` follows the activation and the second layer. The GELU is the exact ``x·Φ(x)`` of
-    timm and torchvision; the reference JAX code calls flax's ``nn.gelu``, by default the tanh
-    approximation, at most about 5e-4 away (chapter 4).
+    ``dim`` is D (in and out), ``hidden_dim`` is ``mlp_ratio · D`` in ViT (3072 for D = 768). The
+    GELU is the exact ``x·Φ(x)`` of timm and torchvision; the reference JAX code calls flax's
+    ``nn.gelu``, by default the tanh approximation, at most about 5e-4 away (chapter 4).
 
     Example:
         >>> MLP(dim=8, hidden_dim=32)(torch.randn(2, 5, 8)).shape
@@ -143,12 +141,9 @@ class BlockOptions:
     """Everything an encoder block is built from but its drop path: validated once, here.
 
     Attributes:
-        dim: model width D.
-        num_heads: attention heads h; they must divide D.
-        mlp_ratio: MLP hidden width as a multiple of D.
-        qkv_bias: bias in the query/key/value projections.
-        dropout: dropout after the attention projections and inside the MLP.
-        attn_dropout: dropout on the attention weights.
+        dim, num_heads: model width D and attention heads h, which must divide D.
+        mlp_ratio, qkv_bias: MLP hidden width as a multiple of D; bias in the q/k/v projections.
+        dropout, attn_dropout: dropout after the attention projections and in the MLP; on weights.
         norm_eps: the LayerNorm epsilon (1e-6 in ViT, timm and torchvision).
 
     Example:
@@ -189,14 +184,12 @@ class BlockOptions:
 class EncoderBlock(nn.Module):
     """One Transformer encoder block: attention and MLP, each in a residual branch.
 
-    ``dim``, ``num_heads`` and ``**options`` (by keyword) are the fields of :class:`BlockOptions`;
-    ``drop_path`` is the stochastic-depth probability of each branch. ``norm_first=False`` puts
-    LayerNorm after each residual sum, ``x = LN(x + Attention(x))``, as the original
-    Transformer of Vaswani et al. does ("post-norm"), for comparison.
+    ``dim``, ``num_heads`` and ``**options`` (keywords) are the fields of :class:`BlockOptions`;
+    ``drop_path`` is each branch's stochastic-depth probability. ``norm_first=False`` puts LayerNorm
+    after each residual sum, ``x = LN(x + Attention(x))``, as Vaswani et al. ("post-norm").
 
     Example:
-        >>> block = EncoderBlock(dim=64, num_heads=4)
-        >>> x = torch.randn(2, 10, 64)
+        >>> block, x = EncoderBlock(dim=64, num_heads=4), torch.randn(2, 10, 64)
         >>> out, weights = block.forward_with_weights(x)  # the explicit path, and its weights
         >>> torch.allclose(out, block(x), atol=1e-5), weights.shape
         (True, torch.Size([2, 4, 10, 10]))
@@ -225,10 +218,8 @@ class EncoderBlock(nn.Module):
         self.drop_path2 = trusted(DropPath, drop_path)
 
     def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
-        """Apply the block to tokens ``x`` ``(B, T, D)``; same shape out.
-
-        ``attn_bias`` (e.g. a relative position bias) broadcasts to ``(B, h, T, T)``.
-        """
+        """Apply the block to tokens ``x`` ``(B, T, D)``, same shape out; ``attn_bias`` (e.g. a
+        relative position bias) broadcasts to ``(B, h, T, T)``."""
         return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
 
     def forward_with_weights(

@@ -3,14 +3,12 @@
 An image of ``C × H × W`` pixels is cut into a ``Gh × Gw`` grid of ``P_h × P_w`` patches, each
 flattened to ``P_h·P_w·C`` numbers, and one shared linear map projects every vector to the model
 width D: the **teaching path** is :func:`image_to_patches` and an :class:`torch.nn.Linear`, the
-**fast path** :class:`PatchEmbedding`, a :class:`torch.nn.Conv2d` whose kernel and stride are
-the patch size. :class:`ConvStem` replaces that convolution by a few small ones (the "hybrid"
-ViT); both stems check their input the same way and put their tokens on the same grid.
-Conventions, as in timm and lucidrains' vit-pytorch: patches are numbered **row-major** (token
-``n`` is grid row ``n // Gw``, column ``n % Gw``), and a patch is flattened in the order
-``(p1 p2 c)``: pixel row, then pixel column, then channel, the **channel fastest** (``R, G, B``
-of the top-left pixel come first). Shapes: B batch, C channels, H×W pixels, P patch size, Gh×Gw
-patch grid, N = Gh·Gw patches (T = N + 1 tokens once a class token is prepended), D model width.
+**fast path** :class:`PatchEmbedding`, one strided convolution, which :class:`ConvStem` replaces by
+a few small ones (the "hybrid" ViT). Conventions, as in timm and lucidrains' vit-pytorch: patches
+are numbered **row-major** (token ``n`` is grid row ``n // Gw``, column ``n % Gw``), and a patch is
+flattened in the order ``(p1 p2 c)``, pixel row, then column, then channel: the **channel fastest**
+(``R, G, B`` of the top-left pixel come first). Shapes: B batch, C channels, H×W pixels, P patch
+size, Gh×Gw patch grid, N = Gh·Gw patches (T = N + 1 with a class token), D model width.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ from vit_tutorial.validate import check_int
 
 __all__ = ["PatchEmbedding", "ConvStem", "image_to_patches", "patches_to_image", "patch_grid"]
 
-#: A size given as one int ``P`` (for ``(P, P)``) or as a ``(height, width)`` pair.
-IntOrPair = int | tuple[int, int]
+IntOrPair = int | tuple[int, int]  # a size: one int P for (P, P), or a (height, width) pair
 
 
 def pair(x: IntOrPair | list[int], name: str = "size") -> tuple[int, int]:
@@ -105,13 +102,11 @@ def check_images(images: object, in_channels: int | None = None) -> None:
 
 
 def image_to_patches(images: Tensor, patch_size: IntOrPair) -> Tensor:
-    """Cut images ``(B, C, H, W)`` into patches ``(B, N, P_h·P_w·C)``, each one flattened.
-
-    ``patch_size``, ``P`` or ``(P_h, P_w)``, must divide H and W.
+    """Cut images ``(B, C, H, W)`` into flattened patches ``(B, N, P_h·P_w·C)``; ``patch_size``,
+    ``P`` or ``(P_h, P_w)``, must divide H and W.
 
     Example:
-        >>> images = torch.arange(16.0).reshape(1, 1, 4, 4)
-        >>> image_to_patches(images, 2)[0]  # four 2×2 patches, row-major
+        >>> image_to_patches(torch.arange(16.0).reshape(1, 1, 4, 4), 2)[0]  # 2×2 patches, row-major
         tensor([[ 0.,  1.,  4.,  5.],
                 [ 2.,  3.,  6.,  7.],
                 [ 8.,  9., 12., 13.],
@@ -124,9 +119,8 @@ def image_to_patches(images: Tensor, patch_size: IntOrPair) -> Tensor:
 
 
 def patches_to_image(patches: Tensor, patch_size: IntOrPair, image_size: IntOrPair) -> Tensor:
-    """The inverse of :func:`image_to_patches`: patches ``(B, N, P_h·P_w·C)`` to images.
-
-    ``image_size`` is ``H`` or ``(H, W)``; the channels C follow from the patch width.
+    """The inverse of :func:`image_to_patches`: patches ``(B, N, P_h·P_w·C)`` to images of
+    ``image_size`` ``H`` or ``(H, W)``; the channels C follow from the patch width.
 
     Example:
         >>> images = torch.randn(2, 3, 8, 12)
@@ -151,10 +145,8 @@ def patches_to_image(patches: Tensor, patch_size: IntOrPair, image_size: IntOrPa
 
 
 class _Stem(nn.Module):
-    """What both stems share: the grid geometry, the input checks, the token layout.
-
-    A subclass builds ``self.proj`` (its last layer) and ``embed``, images to a feature map:
-    ``(B, C, H, W) -> (B, D, Gh, Gw)``."""
+    """What both stems share: grid, input checks, token layout. A subclass builds ``self.proj``
+    (its last layer) and ``embed``, ``(B, C, H, W) -> (B, D, Gh, Gw)``."""
 
     def __init__(self, image_size, patch_size, in_channels, dim, strict) -> None:
         super().__init__()
@@ -168,9 +160,8 @@ class _Stem(nn.Module):
         return patch_grid(image_size, self.patch_size)
 
     def forward(self, images: Tensor) -> Tensor:
-        """Embed images ``(B, C, H, W)`` as tokens ``(B, N, D)``, cast to the weights' dtype if of
-        another floating-point one (float64, say); integer, boolean and non-tensor images raise
-        ``TypeError``."""
+        """Embed images ``(B, C, H, W)`` as tokens ``(B, N, D)``, cast to the weights' float dtype;
+        integer, boolean and non-tensor images raise ``TypeError``."""
         check_images(images, self.in_channels)
         H, W = images.shape[-2:]
         if self.strict_image_size and (H, W) != self.image_size:
@@ -189,9 +180,8 @@ class _Stem(nn.Module):
 class PatchEmbedding(_Stem):
     """Cut, flatten and project patches in one strided convolution, as in ViT and timm.
 
-    ``Conv2d(in_channels, dim, kernel_size=P, stride=P)`` applies one linear map to every
-    ``P × P`` window: :func:`image_to_patches` followed by ``nn.Linear(P_h·P_w·C, dim)``, whose
-    matrix :meth:`linear_weight` gives.
+    ``Conv2d(C, D, kernel_size=P, stride=P)`` is :func:`image_to_patches` followed by
+    ``nn.Linear(P_h·P_w·C, D)``, whose matrix :meth:`linear_weight` gives.
 
     Args:
         image_size, patch_size: ``H`` or ``(H, W)``, and ``P`` or ``(P_h, P_w)``, which divides it.
@@ -228,10 +218,8 @@ class PatchEmbedding(_Stem):
         self.proj = nn.Conv2d(in_channels, dim, self.patch_size, stride=self.patch_size, bias=bias)
 
     def linear_weight(self) -> Tensor:
-        """The convolution's ``(D, C, P_h, P_w)`` weight as a ``(D, P_h·P_w·C)`` matrix.
-
-        Flattened in the ``(p1 p2 c)`` order of :func:`image_to_patches`, so that
-        ``patches @ W.T + b`` equals the convolution."""
+        """The convolution's ``(D, C, P_h, P_w)`` weight as the ``(D, P_h·P_w·C)`` matrix ``W`` in
+        the ``(p1 p2 c)`` order of :func:`image_to_patches`: ``patches @ W.T + b`` is the conv."""
         return rearrange(self.proj.weight, "d c p1 p2 -> d (p1 p2 c)")
 
     def embed(self, images: Tensor) -> Tensor:

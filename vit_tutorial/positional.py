@@ -1,18 +1,11 @@
 """Positional encodings: how a set of patch tokens learns where each patch was (chapter 3).
 
-Attention is blind to order (permute the tokens and the output is permuted the same way);
-these put the place back. :class:`LearnedPositionalEmbedding` adds one free vector per position
-(ViT, DeiT), which :func:`resize_pos_embed` resamples for a new grid. :func:`sinusoidal_1d` is
-the fixed sine/cosine code of Vaswani et al., indexed by the token's place in the sequence;
-:func:`sinusoidal_2d` is that code for the row in one half of the channels and for the column in
-the other (MAE, simple ViT), and :class:`SinusoidalEmbedding2D` adds it to the tokens.
-:class:`RelativePositionBias` is a learned bias on the attention scores, indexed by the 2D
-offset between two patches (Swin, BEiT); :class:`RotaryEmbedding2D` rotates queries and keys
-by angles proportional to the patch's row and column, so that ``q·k`` depends only on their
-offset (Heo et al., 2024). Shapes: B batch, N = Gh·Gw patches, T tokens (N plus prefix tokens
-such as the class token), D model width, h heads, d head width, Gh×Gw patch grid, its positions
-numbered row-major as in :func:`vit_tutorial.patches.image_to_patches` (:func:`grid_coordinates`
-gives each one's row and column).
+Attention is blind to order (permute the tokens and the output is permuted the same way); these put
+the place back: a learned vector per position (ViT, DeiT), fixed sine/cosine codes (Vaswani et al.;
+in 2D, MAE and simple ViT), a learned attention bias per 2D offset (Swin, BEiT), and rotations of
+queries and keys by the patch's row and column (RoPE, Heo et al., 2024). Shapes: B batch, N = Gh·Gw
+patches, T tokens (N plus prefix tokens such as the class token), D model width, h heads, d head
+width, Gh×Gw patch grid, numbered row-major (:func:`grid_coordinates`).
 """
 
 from __future__ import annotations
@@ -39,22 +32,16 @@ __all__ = [
 ]
 
 
-def _prefixed(table: Tensor, num_prefix_tokens: int) -> Tensor:
-    """``(N, D)`` grid table -> ``(1, T, D)``, ``T = prefix + N``, zeros for the prefix tokens."""
-    return torch.cat([table.new_zeros(num_prefix_tokens, table.shape[1]), table])[None]
-
-
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table of one D-vector per position, added to the tokens (ViT, DeiT).
 
-    The table ``weight`` ``(1, T, D)``, T = ``num_positions`` with the prefix tokens, starts from
-    a normal of std 0.02 truncated at ±2 std (std 0.0176); the reference ViT and timm do not
-    truncate, which is immaterial. Given the ``(Gh, Gw)`` ``grid_size`` of the table after its
-    ``num_prefix_tokens`` entries (the class token), ``forward`` can resample it for another grid.
+    The table ``weight`` ``(1, T, D)``, T = ``num_positions`` with the prefix tokens, starts from a
+    normal of std 0.02 truncated at ±2 std (std 0.0176; the reference ViT and timm do not truncate,
+    which is immaterial). Given the ``(Gh, Gw)`` ``grid_size`` of the table after its
+    ``num_prefix_tokens`` entries (the class token), ``forward`` resamples it for another grid.
 
     Example:
-        >>> pos = LearnedPositionalEmbedding(num_positions=197, dim=768)
-        >>> pos(torch.zeros(2, 197, 768)).shape
+        >>> LearnedPositionalEmbedding(num_positions=197, dim=768)(torch.zeros(2, 197, 768)).shape
         torch.Size([2, 197, 768])
     """
 
@@ -97,8 +84,7 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
     """The fixed code of Vaswani et al.: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, cos in 2i + 1.
 
     A ``(num_positions, D)`` table, D even. Channel pair ``i`` turns at ``ω_i = 10000^(-2i/D)``
-    (``temperature`` is that base of the geometric progression of wavelengths): the first
-    channels change fastest along the sequence, the last ones slowest.
+    (``temperature``: that 10000), the first pairs fastest along the sequence, the last slowest.
 
     Example:
         >>> sinusoidal_1d(3, 4)
@@ -116,11 +102,10 @@ def sinusoidal_1d(num_positions: int, dim: int, temperature: float = 10000.0) ->
 def sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 10000.0) -> Tensor:
     """A 2D sine/cosine code: channels ``[0, D/2)`` encode the row, ``[D/2, D)`` the column.
 
-    A ``(Gh·Gw, D)`` table, rows row-major, for a grid ``G`` or ``(Gh, Gw)`` and D a multiple of
-    4 (a sin/cos pair per frequency, for each of two axes). Each half is :func:`sinusoidal_1d` of
-    width D/2, so two patches in the same row share the first half and two in the same column the
-    second. timm's ``build_sincos2d_pos_embed`` and MAE's table hold the same channels in another
-    order (all sines of an axis before its cosines, MAE the column half first).
+    A ``(Gh·Gw, D)`` table, row-major, for a grid ``G`` or ``(Gh, Gw)`` and D a multiple of 4.
+    Each half is :func:`sinusoidal_1d` of width D/2, so two patches in the same row share the first
+    half and two in the same column the second. timm's ``build_sincos2d_pos_embed`` and MAE's table
+    hold the same channels in another order (sines before cosines; MAE's column half first).
 
     Example:
         >>> pe = sinusoidal_2d((14, 14), 768)
@@ -145,9 +130,8 @@ def _sinusoidal_2d(grid_size: IntOrPair, dim: int, temperature: float = 1e4) -> 
 class SinusoidalEmbedding2D(nn.Module):
     """The fixed table of :func:`sinusoidal_2d`, added to the tokens; zeros for prefix tokens.
 
-    Nothing is learned: the table is a non-persistent buffer (not in the state dict),
-    recomputed for tokens of another grid. ``grid_size`` and ``dim`` are as for
-    :func:`sinusoidal_2d`; the ``num_prefix_tokens`` tokens before the grid get zeros.
+    Nothing is learned: the table is a non-persistent buffer (not in the state dict), recomputed
+    for tokens of another grid; ``grid_size`` and ``dim`` are as for :func:`sinusoidal_2d`.
 
     Example:
         >>> pos = SinusoidalEmbedding2D(grid_size=14, dim=768, num_prefix_tokens=1)
@@ -163,14 +147,18 @@ class SinusoidalEmbedding2D(nn.Module):
         super().__init__()
         self.grid_size, self.dim = pair(grid_size, "grid_size"), dim
         self.num_prefix_tokens = num_prefix_tokens
-        table = _prefixed(_sinusoidal_2d(self.grid_size, dim), num_prefix_tokens)
-        self.register_buffer("table", table, persistent=False)  # (1, T, D), T = prefix + N
+        self.register_buffer("table", self._table(self.grid_size), persistent=False)
+
+    def _table(self, grid_size: IntOrPair) -> Tensor:
+        """The ``(1, T, D)`` table for ``grid_size``, zeros for the prefix tokens."""
+        table = _sinusoidal_2d(grid_size, self.dim)  # (N, D)
+        return torch.cat([table.new_zeros(self.num_prefix_tokens, self.dim), table])[None]
 
     def forward(self, x: Tensor, grid_size: IntOrPair | None = None) -> Tensor:
-        """Return ``x + table`` for tokens ``(B, T, D)`` on ``grid_size`` (default: its own)."""
+        """``x + table`` for tokens ``(B, T, D)`` on ``grid_size`` (default: its own)."""
         table = self.table
         if grid_size is not None and pair(grid_size, "grid_size") != self.grid_size:
-            table = _prefixed(_sinusoidal_2d(grid_size, self.dim), self.num_prefix_tokens)
+            table = self._table(grid_size)
         if x.dim() != 3 or x.shape[1:] != table.shape[1:]:
             raise ValueError(
                 f"expected tokens of shape (B, {table.shape[1]}, {self.dim}), got {tuple(x.shape)}"
@@ -181,12 +169,11 @@ class SinusoidalEmbedding2D(nn.Module):
 class RelativePositionBias(nn.Module):
     """A learned attention bias per head, indexed by the 2D offset between two patches.
 
-    On a grid ``G`` or ``(Gh, Gw)``, patches at ``(r, c)`` and ``(r', c')`` get the entry of their
-    offset ``(r - r', c - c')`` in ``table`` (chapter 3's β), one of ``(2Gh - 1)(2Gw - 1)``
-    entries per head (Swin, BEiT). With ``num_prefix_tokens`` (the class token, registers), three
-    more entries per head, as in BEiT: patch → prefix, prefix → patch and prefix → prefix. The
-    table starts from a normal of std 0.02 truncated at ±2 std; Swin calls timm's
-    ``trunc_normal_(std=.02)``, whose absolute bounds ±2 cut nothing, and BEiT starts from zeros.
+    Patches at ``(r, c)`` and ``(r', c')`` of a grid ``G`` or ``(Gh, Gw)`` get the ``table`` entry
+    (chapter 3's β) of their offset ``(r - r', c - c')``, one of ``(2Gh - 1)(2Gw - 1)`` per head
+    (Swin, BEiT); prefix tokens (class token, registers) add three, as in BEiT: patch → prefix,
+    prefix → patch, prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std
+    (Swin: timm's ``trunc_normal_(std=.02)``, whose bounds ±2 cut nothing; BEiT: zeros).
 
     Example:
         >>> rpb = RelativePositionBias(grid_size=14, num_heads=12, num_prefix_tokens=1)
@@ -195,17 +182,15 @@ class RelativePositionBias(nn.Module):
     """
 
     def __init__(self, grid_size: IntOrPair, num_heads: int, num_prefix_tokens: int = 0) -> None:
-        gh, gw = pair(grid_size, "grid_size")
-        if min(gh, gw) < 1:
-            raise ValueError(f"need a positive grid, got grid {(gh, gw)}, num_heads={num_heads}")
+        if min(grid := pair(grid_size, "grid_size")) < 1:
+            raise ValueError(f"need a positive grid, got grid {grid}, num_heads={num_heads}")
         check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
         self._build(grid_size, num_heads, num_prefix_tokens)
 
-    def _build(self, grid_size: IntOrPair, num_heads: int, num_prefix_tokens: int):
+    def _build(self, grid_size: IntOrPair, num_heads: int, p: int) -> None:
         super().__init__()
         gh, gw = self.grid_size = pair(grid_size, "grid_size")
-        self.num_heads, self.num_prefix_tokens = num_heads, num_prefix_tokens
-        p = num_prefix_tokens
+        self.num_heads, self.num_prefix_tokens = num_heads, p
         num_offsets = (2 * gh - 1) * (2 * gw - 1)  # and 3 for prefix tokens
         self.table = nn.Parameter(torch.empty(num_offsets + (3 if p else 0), num_heads))
         nn.init.trunc_normal_(self.table, std=0.02, a=-0.04, b=0.04)
@@ -227,13 +212,9 @@ def resize_pos_embed(
 ) -> Tensor:
     """Resample a learned position table ``(1, num_prefix_tokens + Gh·Gw, D)`` to a new grid.
 
-    Bicubic with antialiasing, like timm's ``resample_abs_pos_embed`` and DeiT; the reference
-    ViT code interpolates linearly (``scipy.ndimage.zoom(..., order=1)``). Returns ``pos_embed``
-    itself for equal grids, else a table ``(1, num_prefix_tokens + Gh'·Gw', D)``.
-
-    Args:
-        old_grid, new_grid: ``(Gh, Gw)`` the table was trained on, ``(Gh', Gw')`` wanted.
-        num_prefix_tokens: leading entries (class token) copied unchanged.
+    Bicubic with antialiasing, like timm's ``resample_abs_pos_embed`` and DeiT (the reference ViT
+    code: linear, ``scipy.ndimage.zoom(..., order=1)``). From ``old_grid`` ``(Gh, Gw)`` to
+    ``new_grid`` ``(Gh', Gw')`` (if equal: ``pos_embed``), the first ``num_prefix_tokens`` copied.
 
     Example:
         >>> resize_pos_embed(torch.zeros(1, 197, 8), 14, (16, 20)).shape
@@ -260,11 +241,10 @@ def resize_pos_embed(
 class RotaryEmbedding2D(nn.Module):
     """2D rotary position embedding for queries and keys (RoPE-ViT, Heo et al. 2024).
 
-    Channel pair ``j`` of a query or key at grid column ``x`` and row ``y`` is rotated by the
-    angle ``x·fx_j + y·fy_j``. Rotations compose, so ``q·k`` depends only on the offset between
-    the two patches. Prefix tokens (the class token) are left unrotated. Call the instance on
-    queries or keys ``(B, h, T, d)``, e.g. ``attn(x, rope=rope)`` with
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention`.
+    Channel pair ``j`` of a query or key at grid column ``x`` and row ``y`` is rotated by
+    ``x·fx_j + y·fy_j``; rotations compose, so ``q·k`` depends only on the two patches' offset.
+    Prefix tokens (the class token) stay unrotated. Call it on queries or keys ``(B, h, T, d)``,
+    e.g. through ``attn(x, rope=rope)`` of :class:`~vit_tutorial.attention.MultiHeadSelfAttention`.
 
     Args:
         head_dim, num_heads: d, a multiple of 4, and h, for the per-head frequencies of "mixed".
@@ -305,9 +285,8 @@ class RotaryEmbedding2D(nn.Module):
         self.num_prefix_tokens, self.num_heads = num_prefix_tokens, num_heads
         self.temperature = temperature or (100.0 if mode == "axial" else 10.0)
         mag = self.temperature ** (-torch.arange(0, head_dim, 4) / head_dim)  # (d/4,)
-        if mode == "axial":
-            freqs = torch.block_diag(mag, mag)[:, None]  # (2, 1, d/2): fx = (mag, 0), fy = (0, mag)
-            self.register_buffer("freqs", freqs, persistent=False)
+        if mode == "axial":  # freqs (2, 1, d/2): fx = (mag, 0), fy = (0, mag)
+            self.register_buffer("freqs", torch.block_diag(mag, mag)[:, None], persistent=False)
         else:
             theta = torch.rand(num_heads, 1) * 2 * math.pi  # one direction per head
             fx = torch.cat([mag * theta.cos(), mag * (theta + math.pi / 2).cos()], -1)

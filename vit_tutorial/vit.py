@@ -8,9 +8,8 @@
 A model is built from a :class:`ViTConfig`, its fields as keywords, or both, or from a preset
 (:func:`create_vit`). Parameter names follow timm; :mod:`vit_tutorial.interop` loads timm and
 torchvision weights with identical logits. :func:`vit_flops` counts a configuration's cost,
-:func:`attention_rollout` follows attention through the blocks. Shapes: B batch, C channels,
-H×W pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches, T tokens (N + 1 with a class token,
-else N), D width.
+:func:`attention_rollout` follows attention through the blocks. Shapes: B batch, C channels, H×W
+pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches, T tokens (N + 1 with a class token), D width.
 """
 
 from __future__ import annotations
@@ -46,22 +45,16 @@ class TransformerConfig:
     """The fields every ViT-like model of the package shares, validated once, here.
 
     ``dataclasses.asdict(config)`` is a plain dict for a checkpoint; ``type(config)(**that_dict)``
-    rebuilds the config. An invalid value raises ``TypeError`` or ``ValueError`` naming the
-    field. A model validates its config once more (it may have been changed) and builds its
-    layers with :func:`~vit_tutorial.validate.trusted`.
+    rebuilds it. Invalid values raise ``TypeError`` or ``ValueError`` naming the field. Models check
+    their config again (it may change) and build layers with :func:`~vit_tutorial.validate.trusted`.
 
     Attributes:
-        image_size: ``H`` or ``(H, W)``.
-        patch_size: ``P`` or ``(P_h, P_w)``; must divide the image size.
-        in_channels: C.
-        num_classes: number of logits, at least 1.
-        depth: number of encoder blocks.
+        image_size, patch_size: ``H`` or ``(H, W)``, and ``P`` or ``(P_h, P_w)``, which divides it.
+        in_channels, num_classes, depth: C, the number of logits and of encoder blocks.
         dropout: dropout after the position embedding and inside the blocks.
         drop_path: stochastic depth of the last block (rising linearly from 0).
         pos_embed: one of the subclass's ``POS_EMBEDS``.
-        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` of the fields it
-            shares and documents (``dim``, ``num_heads``, ``mlp_ratio``, ``qkv_bias``,
-            ``dropout``, ``attn_dropout``, ``norm_eps``), which validates them.
+        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` checking its fields.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
@@ -103,8 +96,7 @@ class TransformerConfig:
             hint = f"; rebuild it: {name}(**config)" if isinstance(config, dict) else ""
             raise TypeError(f"config must be a {name} or None, got {type(config).__name__}{hint}")
         valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(fields) - set(valid))
-        if unknown:
+        if unknown := sorted(set(fields) - set(valid)):
             raise TypeError(f"unknown {name} fields {unknown}; valid fields: {valid}")
         return cls(**fields) if config is None else dataclasses.replace(config, **fields)
 
@@ -120,13 +112,11 @@ class ViTConfig(TransformerConfig):
     Attributes:
         pool: ``'cls'`` (classify the class token; the model has one) or ``'mean'`` (average
             the tokens; no class token, LayerNorm after pooling, as timm's ``'avg'``).
-        dynamic_image_size: accept any size divisible by the patch size and resample the
-            position embedding; otherwise another size raises ``ValueError``.
+        dynamic_image_size: take any size the patch size divides, resampling the position table.
         stem: ``'patch'`` (:class:`~vit_tutorial.patches.PatchEmbedding`) or ``'conv'``
             (:class:`~vit_tutorial.patches.ConvStem`).
-        distilled: add DeiT's distillation token after the class token, with a head of its own
-            (Touvron et al. 2021, Section 4; needs ``pool='cls'``), for the loss
-            :class:`~vit_tutorial.losses.HardDistillation`; the model's ``forward_head`` says more.
+        distilled: DeiT's distillation token and head (Touvron et al. 2021, Section 4; needs
+            ``pool='cls'``) for :class:`~vit_tutorial.losses.HardDistillation`.
     """
 
     POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
@@ -163,21 +153,18 @@ class ViTConfig(TransformerConfig):
 class VisionTransformer(nn.Module):
     """The Vision Transformer of Dosovitskiy et al. (2021), built from a :class:`ViTConfig`.
 
-    Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`, the same
-    for the class token and the learned position table) with a zero head; the stem keeps
-    PyTorch's default, as in timm. Built inside ``with torch.device("meta"):``, it allocates
-    nothing (e.g. to count parameters).
+    Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`, also for the
+    class token and the learned position table) with a zero head; the stem keeps PyTorch's default,
+    as in timm. Built under ``torch.device("meta")``, it allocates nothing.
 
     Args:
         config: a :class:`ViTConfig`; ``None``: the defaults (ViT-B/16).
         **fields: :class:`ViTConfig` fields, overriding those of ``config``.
 
     Attributes:
-        config: the :class:`ViTConfig` the model was built from.
-        grid_size: the patch grid ``(Gh, Gw)`` of ``image_size``.
+        config, grid_size: the :class:`ViTConfig` the model was built from, its grid ``(Gh, Gw)``.
         num_prefix_tokens: 1 with a class token, 2 with a distillation token too, else 0.
-        pos_embed: the module ``config.pos_embed`` names (for ``'relative'``, a list of one
-            per block), or ``None``.
+        pos_embed: the module of ``config.pos_embed`` (``'relative'``: one per block) or ``None``.
 
     Example:
         >>> model = VisionTransformer(image_size=32, patch_size=8, dim=64, depth=2,
@@ -194,11 +181,18 @@ class VisionTransformer(nn.Module):
         stem = PatchEmbedding if c.stem == "patch" else ConvStem
         args = c.image_size, c.patch_size, c.in_channels, c.dim
         self.patch_embed = trusted(stem, *args, strict_image_size=not c.dynamic_image_size)
-        self.grid_size = self.patch_embed.grid_size
-        self.num_prefix_tokens = int(c.class_token) + int(c.distilled)
+        grid = self.grid_size = self.patch_embed.grid_size
+        p = self.num_prefix_tokens = int(c.class_token) + int(c.distilled)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.distilled else None
-        self.pos_embed = self._position_encoding()
+        self.pos_embed = None  # for pos_embed='none'
+        if c.pos_embed == "learned":
+            self.pos_embed = LearnedPositionalEmbedding(p + grid[0] * grid[1], c.dim, grid, p)
+        elif c.pos_embed == "sincos2d":
+            self.pos_embed = trusted(SinusoidalEmbedding2D, grid, c.dim, p)
+        elif c.pos_embed == "relative":
+            rpb = [trusted(RelativePositionBias, grid, c.num_heads, p) for _ in range(c.depth)]
+            self.pos_embed = nn.ModuleList(rpb)
         self.pos_drop = nn.Dropout(c.dropout)
         self.encoder = trusted(Encoder, c.block, c.drop_path_rates())
         # timm's placement: LayerNorm on the tokens for 'cls', on the pooled vector for 'mean'.
@@ -211,19 +205,6 @@ class VisionTransformer(nn.Module):
         for token in (self.cls_token, self.dist_token):
             if token is not None:
                 nn.init.trunc_normal_(token, std=0.02, a=-0.04, b=0.04)
-
-    def _position_encoding(self) -> nn.Module | None:
-        """The module of ``config.pos_embed`` (see the ``pos_embed`` attribute)."""
-        c, grid, prefix = self.config, self.grid_size, self.num_prefix_tokens
-        if c.pos_embed == "learned":
-            return LearnedPositionalEmbedding(prefix + grid[0] * grid[1], c.dim, grid, prefix)
-        if c.pos_embed == "sincos2d":
-            return trusted(SinusoidalEmbedding2D, grid, c.dim, prefix)
-        if c.pos_embed == "relative":
-            return nn.ModuleList(
-                trusted(RelativePositionBias, grid, c.num_heads, prefix) for _ in range(c.depth)
-            )
-        return None
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, list[Tensor] | None]:
         """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
@@ -248,8 +229,7 @@ class VisionTransformer(nn.Module):
         """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify.
 
         With a distillation token: ``(class logits, distillation logits)`` in training, their
-        mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs).
-        """
+        mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs)."""
         pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
         logits = self.head(self.fc_norm(pooled))
         if self.head_dist is None:
@@ -267,7 +247,7 @@ class VisionTransformer(nn.Module):
         return self.encoder.forward_with_weights(x, biases)[1]
 
     def no_weight_decay(self) -> set[str]:
-        """Names of the parameters exempt from weight decay (class token, position tables)."""
+        """Names of the parameters exempt from weight decay: prefix tokens, position tables."""
         exempt = ("cls_token", "dist_token", "pos_embed.")
         return {name for name, _ in self.named_parameters() if name.startswith(exempt)}
 
@@ -299,26 +279,24 @@ def create_vit(name: str, **overrides: Any) -> VisionTransformer:
 def vit_flops(config: ViTConfig) -> int:
     """Floating-point operations of one forward pass of one image, by formula.
 
-    A multiply-add counts as 2 FLOPs (as :class:`torch.utils.flop_counter.FlopCounterMode`);
-    only matrix products count: the patch projection ``2·N·C·P²·D``, per block ``2T·D·3D``
-    (q, k, v), ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output projection) and
-    ``2·2T·D·rD`` (MLP), and the head ``2·D·K``, with ``N`` patches and ``T`` tokens (``N + 1``
-    with a class token, ``N + 2`` with a distillation token too, which adds a second head).
-    LayerNorm, softmax, GELU and additions are left out; only the patch stem is covered.
+    A multiply-add counts as 2 FLOPs (as :class:`torch.utils.flop_counter.FlopCounterMode`); only
+    matrix products count: the patch projection ``2·N·C·P²·D``, per block ``2T·D·3D`` (q, k, v),
+    ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output projection) and ``2·2T·D·rD`` (MLP), and the
+    head ``2·D·K``, with ``N`` patches and ``T`` tokens (``N`` + prefix tokens; a distillation token
+    adds a second head). LayerNorm, softmax, GELU and additions are left out; patch stem only.
 
     Example:
         >>> round(vit_flops(PRESETS["vit_base_patch16_224"]) / 1e9, 2)  # GFLOPs of ViT-B/16
         35.13
     """
-    c = config
-    if c.stem != "patch":
-        raise ValueError(f"vit_flops covers the patch stem only, got stem={c.stem!r}")
-    (gh, gw), (ph, pw) = patch_grid(c.image_size, c.patch_size), pair(c.patch_size)
-    N, D, hidden = gh * gw, c.dim, int(c.dim * c.mlp_ratio)
-    T = N + int(c.class_token) + int(c.distilled)
-    patches = 2 * N * c.in_channels * ph * pw * D
+    if config.stem != "patch":
+        raise ValueError(f"vit_flops covers the patch stem only, got stem={config.stem!r}")
+    (gh, gw), (ph, pw) = patch_grid(config.image_size, config.patch_size), pair(config.patch_size)
+    N, D, hidden = gh * gw, config.dim, int(config.dim * config.mlp_ratio)
+    T = N + int(config.class_token) + int(config.distilled)
+    patches = 2 * N * config.in_channels * ph * pw * D
     block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + 2 * 2 * T * D * hidden
-    return patches + c.depth * block + (1 + int(c.distilled)) * 2 * D * c.num_classes
+    return patches + config.depth * block + (1 + int(config.distilled)) * 2 * D * config.num_classes
 
 
 def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
@@ -329,20 +307,18 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
     ``R = Â_L ··· Â_2 Â_1``, ``(B, T, T)``, its row ``t`` for output token ``t``.
 
     Args:
-        maps: each block's attention weights ``(B, h, T, T)``, in order, as
-            :meth:`VisionTransformer.attention_maps` returns them.
+        maps: the blocks' attention weights ``(B, h, T, T)``, from
+            :meth:`VisionTransformer.attention_maps`.
         residual: weight of the identity, in ``[0, 1]``.
 
     Example:
-        >>> uniform = [torch.full((1, 2, 4, 4), 0.25)] * 3
-        >>> attention_rollout(uniform)[0, 0]
+        >>> attention_rollout([torch.full((1, 2, 4, 4), 0.25)] * 3)[0, 0]  # uniform, 3 blocks
         tensor([0.3438, 0.2188, 0.2188, 0.2188])
     """
     if not maps:
         raise ValueError("attention_rollout needs the maps of at least one block")
     check_real("residual", residual, 0.0, 1.0)
-    eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
-    result = eye
+    result = eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
     for a in maps:
         a = (1 - residual) * a.mean(dim=1) + residual * eye  # (B, T, T)
         result = (a / a.sum(dim=-1, keepdim=True)) @ result
