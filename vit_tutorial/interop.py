@@ -1,12 +1,11 @@
 """Load torchvision and timm Vision Transformers into :class:`~vit_tutorial.vit.VisionTransformer`.
 
 The two libraries name the same tensors differently; each has an explicit key map below (``{i}``
-is a block number, ``{p}`` is ``weight`` or ``bias``). A conversion renames every key, checks
-every shape, and refuses to guess: a key of the source without a counterpart, a parameter of ours
-left without a value, or a shape that differs raises ``ValueError`` listing them all. With the
-same weights the logits agree to float rounding (the tests and chapter 5 check at most 1e-4 of
-max abs difference). timm is a development dependency only, never imported here: the functions
-read the attributes of the model they are given.
+a block number, ``{p}`` ``weight`` or ``bias``), used both ways. A conversion renames every key
+and checks every shape, refusing to guess: source keys without a counterpart, parameters of ours
+left without a value, or shapes that differ raise one ``ValueError`` listing them all. With the
+same weights the logits agree to float rounding (at most 1e-4 apart in the tests and chapter 5).
+timm is a development dependency, never imported here: the functions read the model's attributes.
 """
 
 from __future__ import annotations
@@ -52,21 +51,17 @@ TORCHVISION_KEYS: dict[str, str] = {
 }
 
 _TIMM_SAME = "cls_token dist_token patch_embed.proj.{p} norm.{p} fc_norm.{p} head.{p} head_dist.{p}"
+_TIMM_BLOCK = "norm1 attn.qkv attn.proj norm2 mlp.fc1 mlp.fc2"
 #: timm ``VisionTransformer`` key -> our key: our names are timm's (``dist_token`` and
 #: ``head_dist`` for DeiT's distilled models), the blocks' inside ``encoder``.
 TIMM_KEYS: dict[str, str] = {
     **{key: key for key in _TIMM_SAME.split()},
     "pos_embed": "pos_embed.weight",
-    **{
-        f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}"
-        for m in ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
-    },
+    **{f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}" for m in _TIMM_BLOCK.split()},
 }
 
 
-def _convert(
-    state_dict: dict[str, Tensor], key_map: dict[str, str], source: str, target: str
-) -> dict[str, Tensor]:
+def _convert(state_dict: dict, key_map: dict[str, str], source: str, target: str) -> dict:
     rules = []
     for theirs, ours in key_map.items():
         pattern = re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)")
@@ -93,42 +88,34 @@ def _inverse(key_map: dict[str, str]) -> dict[str, str]:
 
 
 def torchvision_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of a torchvision ViT state dict with :data:`TORCHVISION_KEYS`; a
-    ``ValueError`` lists the keys that match no entry of the map."""
+    """A torchvision ViT's state dict, its keys renamed by :data:`TORCHVISION_KEYS`."""
     return _convert(state_dict, TORCHVISION_KEYS, "torchvision", "vit_tutorial")
 
 
 def timm_state_dict_to_ours(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of a timm ViT state dict with :data:`TIMM_KEYS`; a ``ValueError`` lists
-    the keys that match no entry of the map."""
+    """A timm ViT's state dict, its keys renamed by :data:`TIMM_KEYS`."""
     return _convert(state_dict, TIMM_KEYS, "timm", "vit_tutorial")
 
 
 def ours_state_dict_to_torchvision(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of our state dict to torchvision's (the inverse of
-    :func:`torchvision_state_dict_to_ours`, with today's ``mlp.0``/``mlp.3`` names); a
-    ``ValueError`` lists our keys that torchvision's ViT has no place for (a mean-pooled model's
-    ``fc_norm``, say: torchvision's ViT always classifies a class token)."""
+    """Our state dict with torchvision's keys (today's ``mlp.0``/``mlp.3``); a mean-pooled
+    model's ``fc_norm`` has none (torchvision's ViT always classifies a class token)."""
     return _convert(state_dict, _inverse(TORCHVISION_KEYS), "vit_tutorial", "torchvision")
 
 
 def ours_state_dict_to_timm(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of our state dict to timm's (the inverse of
-    :func:`timm_state_dict_to_ours`), for the timm model of the same configuration; a
-    ``ValueError`` lists our keys that have no timm counterpart."""
+    """Our state dict with timm's keys, for the timm model of the same configuration."""
     return _convert(state_dict, _inverse(TIMM_KEYS), "vit_tutorial", "timm")
 
 
 def load_converted(
     model: VisionTransformer, state_dict: dict[str, Tensor], assign: bool = False
 ) -> VisionTransformer:
-    """Load a converted state dict (with our keys) into ``model`` after checking every key and
-    shape (a ``ValueError`` lists our missing keys, unexpected keys and shape mismatches);
-    ``assign=True`` takes the tensors themselves, as :meth:`torch.nn.Module.load_state_dict`
-    does (for a model built on the meta device)."""
+    """Load a state dict with our keys into ``model`` after checking every key and shape (a
+    ``ValueError`` lists missing keys, unexpected keys and shape mismatches); ``assign=True``
+    takes the tensors themselves (:meth:`torch.nn.Module.load_state_dict`; a meta-device model)."""
     ours = model.state_dict()
-    missing = sorted(set(ours) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(ours))
+    missing, unexpected = sorted(set(ours) - set(state_dict)), sorted(set(state_dict) - set(ours))
     shapes = [
         f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}"
         for k in ours
@@ -156,10 +143,9 @@ def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
 
 
 def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
-    """Our model of ``fields`` holding copies of ``state_dict`` (on the source's device and
-    dtype), in ``source``'s train/eval mode. Built on the meta device, it skips a random
-    initialisation the copies would overwrite; its position table is learned or absent, so no
-    buffer is left there."""
+    """Our model of ``fields`` holding copies of ``state_dict`` (the source's device and dtype),
+    in ``source``'s train/eval mode; built on the meta device, so no random initialisation is
+    wasted (its position table is learned or absent: no buffer is left there)."""
     with torch.device("meta"):
         model = VisionTransformer(**fields)  # validates the fields once
     load_converted(model, {k: v.detach().clone() for k, v in state_dict.items()}, assign=True)
@@ -167,11 +153,9 @@ def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> Vi
 
 
 def from_torchvision(model: nn.Module) -> VisionTransformer:
-    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a torchvision ViT.
-
-    Works for ``torchvision.models.vit_b_16`` and its siblings (patch stem, no
-    ``representation_size``); a convolutional stem, or keys/shapes that do not map, raise
-    ``ValueError``. Example, online only::
+    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a torchvision ViT:
+    ``torchvision.models.vit_b_16`` and its siblings (patch stem, no ``representation_size``); a
+    convolutional stem, or keys/shapes that do not map, raise ``ValueError``. Online only::
 
         from torchvision.models import ViT_B_16_Weights, vit_b_16
         ours = from_torchvision(vit_b_16(weights=ViT_B_16_Weights.IMAGENET1K_V1))
@@ -197,15 +181,12 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
 
 
 def from_timm(model: nn.Module) -> VisionTransformer:
-    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a timm ViT.
-
-    Works for ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs:
-    class-token pooling (``global_pool='token'``) or average pooling without a class token
-    (``global_pool='avg', class_token=False``), exact GELU, no registers or layer scale; and
-    for DeiT's distilled models (``deit_base_distilled_patch16_224``), whose distillation token
-    and head become ``distilled=True``. An unsupported pooling, activation, head or dropout, or
-    keys/shapes that do not map, raise ``ValueError``.
-    """
+    """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a timm ViT:
+    ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs (class-token pooling,
+    ``global_pool='token'``, or average pooling without a class token, ``global_pool='avg',
+    class_token=False``; exact GELU; no registers or layer scale) and DeiT's distilled models
+    (``deit_base_distilled_patch16_224``: ``distilled=True``). Another pooling, activation, head
+    or dropout, or keys/shapes that do not map, raise ``ValueError``."""
     pooling = (model.global_pool, model.has_class_token)
     pool = {("token", True): "cls", ("avg", False): "mean"}.get(pooling)
     if pool is None:

@@ -3,11 +3,8 @@
 A loss for ``fit`` is a callable ``loss(outputs, images, targets) -> (loss, logits)``: ``outputs``
 is what the model returned for ``images``; ``logits`` score the training accuracy, or are
 ``None`` for a loss with no accuracy to report (MAE's). :class:`Classification` (the default) is
-the cross-entropy with label smoothing, for class indices or soft labels (Mixup, CutMix);
-:class:`HardDistillation` is DeiT's hard-label distillation (Touvron et al. 2021, Section 4), for
-a model with a distillation token and a teacher; :func:`mae_loss` is a masked autoencoder's own
-loss (:func:`masked_patch_loss`, He et al. 2022, Section 3), computed by its forward pass, as
-MAE's ``models_mae.py`` does.
+the cross-entropy, :class:`HardDistillation` DeiT's hard-label distillation, :func:`mae_loss` a
+masked autoencoder's own loss, which its forward pass computes, as MAE's ``models_mae.py`` does.
 """
 
 from __future__ import annotations
@@ -24,8 +21,8 @@ __all__ = ["cross_entropy", "Classification", "HardDistillation", "masked_patch_
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
-    """Mean cross-entropy of ``logits (B, K)``, in float32, against class indices ``(B,)``
-    or probabilities ``(B, K)``, with ``label_smoothing``.
+    """Mean cross-entropy of ``logits (B, K)``, in float32, against class indices ``(B,)`` or
+    probabilities ``(B, K)`` (soft labels: Mixup, CutMix), with ``label_smoothing``.
 
     Example:
         >>> logits = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
@@ -38,8 +35,7 @@ def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0)
 
 
 class Classification:
-    """The cross-entropy of a classifier's logits with the labels, with ``label_smoothing`` in
-    ``[0, 1)``."""
+    """Cross-entropy of a classifier's logits with the labels (``label_smoothing`` in [0, 1))."""
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = check_real("label_smoothing", label_smoothing, 0, 1, high_open=True)
@@ -54,16 +50,13 @@ class Classification:
 
 
 class HardDistillation(nn.Module):
-    """DeiT's hard-label distillation (Touvron et al. 2021, Section 4).
-
-    The model has a distillation token and returns ``(class logits, distillation logits)`` in
-    training. The class head learns the labels (with ``label_smoothing`` in ``[0, 1)``); the
-    distillation head learns the classes the ``teacher`` (any classifier ``teacher(images) ->
-    logits``) predicts, without smoothing; the loss is the mean of the two cross-entropies, and
-    the mean of the two heads is scored. The teacher runs in eval mode, without gradients;
-    :func:`~vit_tutorial.engine.fit` moves it to the model's device (this loss is a module
-    holding it).
-    """
+    """DeiT's hard-label distillation (Touvron et al. 2021, Section 4), for a model with a
+    distillation token, which returns ``(class logits, distillation logits)`` in training. The
+    class head learns the labels (``label_smoothing`` in ``[0, 1)``), the distillation head the
+    classes the ``teacher`` (any classifier ``teacher(images) -> logits``) predicts, unsmoothed;
+    the loss is the mean of the two cross-entropies, and the mean of the two heads is scored.
+    The teacher runs in eval mode, without gradients, on the model's device
+    (:func:`~vit_tutorial.engine.fit` moves this module, which holds it)."""
 
     def __init__(self, teacher: nn.Module, label_smoothing: float = 0.0) -> None:
         super().__init__()
@@ -89,8 +82,8 @@ class HardDistillation(nn.Module):
 
 def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """The mean over hidden patches of the per-patch mean squared error, for ``pred`` and
-    ``target`` ``(B, N, L)`` and ``mask`` ``(B, N)`` with 1.0 on hidden patches. Visible patches
-    do not count (He et al. 2022, Section 3: counting them too costs about 0.5% accuracy).
+    ``target`` ``(B, N, L)`` and ``mask`` ``(B, N)`` with 1.0 on hidden patches: MAE's loss (He
+    et al. 2022, Section 3: counting the visible patches too costs about 0.5% accuracy).
 
     Example:
         >>> pred, target = torch.zeros(1, 2, 3), torch.tensor([[[1.0] * 3, [3.0] * 3]])
@@ -108,6 +101,5 @@ def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 
 def mae_loss(outputs: Any, images: Tensor, targets: Tensor) -> tuple[Tensor, None]:
     """A :class:`~vit_tutorial.mae.MaskedAutoencoder`'s loss, which its forward computed
-    (:func:`masked_patch_loss` on the hidden patches); the labels are not read, and there is no
-    accuracy to report."""
+    (:func:`masked_patch_loss`); the labels are not read, and no accuracy is reported."""
     return outputs.loss, None

@@ -1,23 +1,19 @@
 """Masked autoencoders (chapter 9): pre-train a ViT encoder on images without labels.
 
-He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3:
-
-1. embed the image's patches, as a ViT does, with fixed 2D sine-cosine positions (Appendix A.1);
-2. keep a random 25% of the patches (:func:`random_masking`) and run the **encoder on the
-   visible patches only** (3/4 of the tokens never enter it: that is why MAE is cheap);
-3. a light **decoder** receives the encoded visible tokens and one shared, learned **mask
-   token** for every hidden patch, each with its position, and predicts every patch's pixels;
-4. the **loss** is the mean squared error on the **masked patches only**, each target patch
-   normalised by its own pixel mean and standard deviation (``norm_pix_loss``, Section 3
-   "Reconstruction target", Table 1d).
+He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3: embed the
+image's patches as a ViT does, with fixed 2D sine-cosine positions (Appendix A.1); keep a random
+25% of them (:func:`random_masking`) and run the **encoder on the visible patches only** (3/4 of
+the tokens never enter it: that is why MAE is cheap); a light **decoder** receives the encoded
+visible tokens and one shared, learned **mask token** for every hidden patch, each with its
+position, and predicts every patch's pixels; the **loss** is the mean squared error on the
+**masked patches only**, each target patch normalised by its own pixel mean and standard
+deviation (``norm_pix_loss``, Section 3 "Reconstruction target", Table 1d).
 
 The model computes its loss but knows nothing of training: pre-training is
 :func:`~vit_tutorial.engine.fit` with ``loss=``:func:`~vit_tutorial.losses.mae_loss` and MAE's
-AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1). The encoder has no class
-token and is mean-pooled, which the paper reports works as well (Appendix A.1): it is a
-``pool='mean'`` :class:`~vit_tutorial.vit.VisionTransformer`'s encoder, and :meth:`to_vit` moves
-its weights into one for fine-tuning, the sine-cosine table copied into the ViT's learned one,
-as MAE's ``main_finetune.py`` loads the pre-trained table into timm's learnable ``pos_embed``.
+AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1). The encoder is a
+``pool='mean'`` :class:`~vit_tutorial.vit.VisionTransformer`'s (no class token, mean-pooled,
+which works as well: Appendix A.1), and :meth:`to_vit` moves its weights into one to fine-tune.
 
 Shapes: B images, N = Gh·Gw patches, K = N - round(N · mask_ratio) visible patches, D encoder
 width, D' decoder width, P patch side, C channels.
@@ -62,17 +58,14 @@ class MAEOutput(NamedTuple):
 def random_masking(
     tokens: Tensor, mask_ratio: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Keep a random subset of each image's tokens, as MAE does (a per-image shuffle).
+    """Keep a random subset of each image's tokens, as MAE does (a per-image shuffle):
+    ``(visible (B, K, D), mask (B, N), ids_restore (B, N))``.
 
     Each token of ``tokens`` ``(B, N, D)`` gets uniform noise from ``generator`` (default:
     torch's global one); the ``K = N - round(N · mask_ratio)`` tokens with the smallest noise
-    are kept, in that random order (``mask_ratio`` in ``[0, 1)``). Every image keeps exactly K
-    tokens, so the kept tokens of a batch form one dense ``(B, K, D)`` tensor.
-
-    Returns:
-        ``(visible, mask, ids_restore)``: the kept tokens ``(B, K, D)``; the mask ``(B, N)`` in
-        the original order, 1.0 = hidden; and ``ids_restore`` ``(B, N)``, the permutation that
-        puts ``[visible, hidden]`` back into the original order.
+    are kept, in that random order (``mask_ratio`` in ``[0, 1)``): every image keeps exactly K,
+    so a batch's form one dense tensor. ``mask`` is in the original order, 1.0 = hidden;
+    ``ids_restore`` is the permutation that puts ``[visible, hidden]`` back into that order.
 
     Example:
         >>> visible, mask, ids_restore = random_masking(torch.randn(2, 8, 4), 0.75)
@@ -99,37 +92,32 @@ def random_masking(
 
 
 def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Tensor:
-    """MAE's target, ``(B, N, P·P·C)``: each patch's pixels minus their mean, over
-    ``sqrt(variance + eps)``, with the unbiased variance (``torch.var``'s default), as in MAE's
-    ``models_mae.py``."""
+    """MAE's target, ``(B, N, P·P·C)``: each patch's pixels minus their mean, over ``sqrt(var +
+    eps)``, the unbiased variance (``torch.var``'s default), as in MAE's ``models_mae.py``."""
     patches = image_to_patches(images, patch_size)
     mean = patches.mean(dim=-1, keepdim=True)
-    var = patches.var(dim=-1, keepdim=True)
-    return (patches - mean) / (var + eps).sqrt()
+    return (patches - mean) / (patches.var(dim=-1, keepdim=True) + eps).sqrt()
 
 
 class MaskedAutoencoder(nn.Module):
     """A ViT encoder that sees a quarter of the patches, and a light decoder that paints in the
-    rest (He et al. 2022, Section 3).
-
-    Initialisation follows MAE's ``models_mae.py``: Xavier-uniform Linear weights (and the patch
-    projection, viewed as a Linear), zero biases, the mask token from N(0, 0.02²).
+    rest (He et al. 2022, Section 3), initialised as MAE's ``models_mae.py``
+    (``initialize_weights``): Xavier-uniform Linear weights (and the patch projection, viewed as
+    a Linear), zero biases, the mask token from N(0, 0.02²).
 
     Args:
         config: the encoder's :class:`~vit_tutorial.vit.ViTConfig` (``num_classes`` unused),
-            with ``pool='mean'`` (no class token; the default when ``config`` is ``None``) and
-            the patch stem (a convolutional stem would see the hidden pixels before masking).
+            with ``pool='mean'`` (no class token, so no distillation token; the default when
+            ``config`` is ``None``), the patch stem (a convolutional stem would see the hidden
+            pixels before masking) and a learned or sine-cosine position table. Kept as
+            ``self.config``, from which :meth:`to_vit` builds a ViT; the encoder is
+            ``patch_embed``, ``encoder`` and ``norm`` (pre-training only), the decoder the rest.
         decoder_dim, decoder_depth, decoder_heads: D', the decoder's width (a multiple of 4 and
             of ``decoder_heads``), its blocks and its attention heads.
         mask_ratio: the fraction of patches hidden from the encoder (0.75 in the paper).
         norm_pix_loss: predict each patch normalised by its own mean and std (the paper's
             default), else the raw pixels.
         **fields: :class:`~vit_tutorial.vit.ViTConfig` fields overriding ``config``'s.
-
-    Attributes:
-        config: the encoder's configuration; :meth:`to_vit` builds a ViT from it.
-        patch_embed, encoder, norm: the encoder (``norm`` is used in pre-training only).
-        decoder_embed, mask_token, decoder, decoder_norm, decoder_pred: the decoder.
     """
 
     def __init__(
@@ -147,7 +135,19 @@ class MaskedAutoencoder(nn.Module):
         if config is None:
             fields.setdefault("pool", "mean")  # ViTConfig's default is 'cls'
         self.config = c = ViTConfig.resolve(config, **fields)
-        _check_encoder(c)
+        if c.pool != "mean":
+            raise ValueError(
+                f"MAE's encoder here has no class token: pass pool='mean', got {c.pool!r}"
+            )
+        if c.stem != "patch":
+            raise ValueError(
+                f"MAE needs stem='patch' (a convolutional stem sees hidden pixels), got {c.stem!r}"
+            )
+        if c.pos_embed not in ("learned", "sincos2d"):
+            raise ValueError(
+                f"pos_embed must be 'learned' or 'sincos2d' for the ViT to fine-tune, got "
+                f"{c.pos_embed!r}"
+            )
         check_int("decoder_dim", decoder_dim), check_int("decoder_depth", decoder_depth)
         check_int("decoder_heads", decoder_heads)
         if decoder_dim % 4 or decoder_dim % decoder_heads:
@@ -170,7 +170,6 @@ class MaskedAutoencoder(nn.Module):
         self.decoder = trusted(Encoder, dataclasses.replace(c.block, **opts), [0.0] * decoder_depth)
         self.decoder_norm = nn.LayerNorm(decoder_dim, eps=c.norm_eps)
         self.decoder_pred = nn.Linear(decoder_dim, patch_pixels * c.in_channels)
-        # MAE's initialisation (models_mae.py, initialize_weights)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -204,8 +203,7 @@ class MaskedAutoencoder(nn.Module):
         return self.decoder_pred(self.decoder_norm(x))
 
     def targets(self, images: Tensor) -> Tensor:
-        """What :meth:`forward_decoder` should predict: the patches, normalised per patch
-        when ``norm_pix_loss`` is on, ``(B, N, P·P·C)``."""
+        """The patches to predict ``(B, N, P·P·C)``, normalised per patch with ``norm_pix_loss``."""
         if self.norm_pix_loss:
             return normalized_patches(images, self.patch_size)
         return image_to_patches(images, self.patch_size)
@@ -220,10 +218,9 @@ class MaskedAutoencoder(nn.Module):
     def reconstruct(
         self, images: Tensor, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:
-        """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure: ``masked`` has the
-        hidden patches set to 0; ``reconstruction`` shows the visible patches as they were and
-        the predictions in the hidden ones, given each true patch's mean and std when the
-        targets are normalised (as MAE's visualisation does)."""
+        """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure: the hidden patches
+        set to 0; the visible patches as they were and the predictions in the hidden ones (given
+        each true patch's mean and std for normalised targets, as MAE's visualisation does)."""
         pred, mask = self(images, generator)[1:]
         patches = image_to_patches(images, self.patch_size)
         if self.norm_pix_loss:
@@ -236,13 +233,12 @@ class MaskedAutoencoder(nn.Module):
     def to_vit(self, num_classes: int, **fields: Any) -> VisionTransformer:
         """A :class:`~vit_tutorial.vit.VisionTransformer` holding this encoder's weights.
 
-        The patch embedding and the blocks are copied; the sine-cosine table becomes the learned
-        table's starting value (``pos_embed='learned'``, the default) or is simply the ViT's own
-        (``pos_embed='sincos2d'``). The final LayerNorm of pre-training is dropped and the ViT's
-        pooled-feature ``fc_norm`` and its zero head (of ``num_classes``) are new, as in MAE's
-        fine-tuning (``models_vit.py`` with ``global_pool``). ``fields`` are other
-        :class:`~vit_tutorial.vit.ViTConfig` fields for the ViT (``drop_path``, say); the
-        architecture's own fields cannot change.
+        The patch embedding and the blocks are copied; the sine-cosine table starts the learned
+        one (``pos_embed='learned'``, the default; MAE's ``main_finetune.py`` loads it into timm's
+        learnable ``pos_embed``) or is the ViT's own (``'sincos2d'``). As in MAE's fine-tuning
+        (``models_vit.py`` with ``global_pool``), pre-training's final LayerNorm is dropped and the
+        pooled-feature ``fc_norm`` and the zero head (``num_classes``) are new. ``fields``: other
+        :class:`~vit_tutorial.vit.ViTConfig` fields (``drop_path``, say), not architecture ones.
         """
         vit = VisionTransformer(self.config, num_classes=num_classes, **fields)
         shape = ("image_size", "patch_size", "in_channels", "dim", "depth", "num_heads")
@@ -255,32 +251,10 @@ class MaskedAutoencoder(nn.Module):
             raise ValueError(
                 f"to_vit keeps the pre-trained architecture; these fields changed: {changed}"
             )
-        weights = {
-            k: v for k, v in self.state_dict().items() if k.startswith(("patch_embed.", "encoder."))
-        }
+        encoder = ("patch_embed.", "encoder.")
+        weights = {k: v for k, v in self.state_dict().items() if k.startswith(encoder)}
         if vit.config.pos_embed == "learned":
             weights["pos_embed.weight"] = self.pos_table.clone()
-        result = vit.load_state_dict(weights, strict=False)
-        assert not result.unexpected_keys
-        assert all(k.startswith(("fc_norm.", "head.")) for k in result.missing_keys)
+        missing, unexpected = vit.load_state_dict(weights, strict=False)
+        assert not unexpected and all(k.startswith(("fc_norm.", "head.")) for k in missing)
         return vit
-
-
-def _check_encoder(config: ViTConfig) -> None:
-    """Refuse an encoder MAE cannot pre-train: a class token, a conv stem, a position code
-    other than a table, a distillation token."""
-    if config.pool != "mean":
-        raise ValueError(
-            f"MAE's encoder here has no class token: pass pool='mean', got {config.pool!r}"
-        )
-    if config.stem != "patch":
-        raise ValueError(
-            f"MAE needs stem='patch' (a convolutional stem sees hidden pixels), got {config.stem!r}"
-        )
-    if config.pos_embed not in ("learned", "sincos2d"):
-        raise ValueError(
-            f"pos_embed must be 'learned' or 'sincos2d' for the ViT to fine-tune, got "
-            f"{config.pos_embed!r}"
-        )
-    if config.distilled:
-        raise ValueError("MAE pre-trains an encoder without a distillation token")

@@ -24,13 +24,10 @@ __all__ = [
 
 
 def peak_memory(fn: Callable[[], object]) -> int:
-    """Peak bytes of CPU memory that tensors allocated while ``fn()`` ran.
-
-    PyTorch has no CPU ``max_memory_allocated``, so this runs ``fn`` under
-    :class:`torch.profiler.profile` with ``profile_memory=True``, which records every allocation
-    and free of the tensor allocator (a kernel's internal buffers too), and returns the largest
-    running sum of these deltas in time order. Memory live before the call does not count; the
-    result of ``fn`` does.
+    """Peak bytes of CPU memory that tensors allocated while ``fn()`` ran (memory live before
+    does not count, the result of ``fn`` does). PyTorch has no CPU ``max_memory_allocated``, so
+    this runs ``fn`` under a profiler that records every allocation and free of the tensor
+    allocator (a kernel's internal buffers too): the peak is the largest running sum in time order.
 
     Example:
         >>> peak_memory(lambda: torch.empty(1024, 1024))  # 4 MiB of float32
@@ -40,8 +37,7 @@ def peak_memory(fn: Callable[[], object]) -> int:
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         fn()
-    # Raw events keep each allocation (> 0 bytes) and free (< 0) apart; prof.events() folds
-    # them into the operators, losing their order within one.
+    # Raw events: prof.events() folds allocations (> 0 bytes) and frees into ops, losing order.
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events.sort(key=lambda e: e.start_ns())
     return max(itertools.accumulate((e.nbytes() for e in events), initial=0))
@@ -62,15 +58,12 @@ def interleaved_timings(
     warmup: int = 1,
     synchronize: Callable[[], object] | None = None,
 ) -> dict[str, list[float]]:
-    """Wall-clock seconds of each ``fns[name]()``, once per round, in rotating order:
-    ``{name: [seconds of round 0, round 1, ...]}``.
-
-    ``fns`` are the implementations to compare, by name, each doing the same work. Each first
-    runs ``warmup`` times untimed; then round ``r`` (of ``rounds`` >= 1) runs all of them,
-    starting with the ``r``-th (mod their number), so none always runs first or last: a machine
-    that slows down for a while slows them all, and the per-round ratios stay fair.
-    ``synchronize`` is called before reading the clock (``torch.cuda.synchronize`` on a GPU,
-    whose kernels run asynchronously; ``None`` on the CPU).
+    """Wall-clock seconds of each of ``fns`` (implementations of the same work, by name), once
+    per round: ``{name: [seconds of round 0, round 1, ...]}``. Each first runs ``warmup`` times
+    untimed; round ``r`` (of ``rounds`` >= 1) then runs them all from the ``r``-th (mod their
+    number), so none always runs first or last and the per-round ratios stay fair.
+    ``synchronize`` runs before each clock reading (``torch.cuda.synchronize`` on a GPU, whose
+    kernels run asynchronously; ``None`` on the CPU).
 
     Example:
         >>> times = interleaved_timings({"a": lambda: None, "b": lambda: None}, rounds=3)
@@ -100,8 +93,7 @@ def interleaved_timings(
 
 
 def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, object]:
-    """How ``ours`` compares with the fastest of the others, from interleaved rounds.
-
+    """How ``ours`` compares with the fastest of the others, from interleaved rounds:
     ``ratio`` is ``median(times[ours]) / median(times[best])``, ``best`` being the other name
     with the smallest median (below 1: ``ours`` is faster); ``round_median``, ``round_min`` and
     ``round_max`` summarise the per-round ratios ``times[ours][r] / times[best][r]``, the spread
@@ -137,11 +129,9 @@ def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, obje
 
 def model_flops_utilization(flops: float, seconds: float, peak_flops: float) -> float:
     """Model FLOP utilisation: ``flops / seconds``, the achieved rate, over the peak rate.
-
-    ``flops`` counts the model's own arithmetic (a ViT training step: about 3 ×
-    :func:`~vit_tutorial.vit.vit_flops` × batch, the forward and a backward of twice its cost),
-    not what the hardware did (recomputation, padding), as in PaLM's definition (Chowdhery et
-    al. 2022, Section 4.1 and Appendix B).
+    ``flops`` counts the model's own arithmetic (a ViT training step: about 3 × batch ×
+    :func:`~vit_tutorial.vit.vit_flops`, a forward and a backward of twice its cost), not the
+    hardware's (recomputation, padding), per PaLM (Chowdhery et al. 2022, Section 4.1, Appendix B).
 
     Example:
         >>> round(model_flops_utilization(flops=4e12, seconds=0.01, peak_flops=989e12), 3)

@@ -1,11 +1,9 @@
 """Chapter 6's ablation: which design choices matter for a ViT on the digits.
 
-One plain ViT (:data:`BASE`: patch embedding, ``patch_size=2`` so 16 tokens, learned position
-embeddings, mean pooling, width 64, 4 blocks) and variants (:data:`VARIANTS`) that each change
-one thing: the position encoding, the patch size, the pooling, the stem. Every run uses the
-chapter's shortened schedule, :data:`SCHEDULE` (15 epochs, AdamW at 2e-3 with weight decay 0.05,
-3 warm-up epochs, label smoothing 0.1, batches of 64), and is tested on the same 360 test
-images; the seed changes the initial weights and the order of the batches.
+One plain ViT (:data:`BASE`: 16 tokens of 2×2 pixels) and variants (:data:`VARIANTS`) that each
+change one thing: the position encoding, the patch size, the pooling, the stem. Every run uses
+the chapter's shortened schedule (:data:`SCHEDULE`, batches of 64) and is tested on the same 360
+test images; the seed changes the initial weights and the order of the batches.
 ``benchmarks/digits_ablation.py`` runs it and writes the result file the chapter loads.
 
 Example:
@@ -27,16 +25,8 @@ from vit_tutorial.vit import VisionTransformer
 __all__ = ["BASE", "BATCH_SIZE", "SCHEDULE", "VARIANTS", "ablation", "settings", "train_once"]
 
 #: The ViT every variant changes one field of.
-BASE = dict(
-    patch_size=2,
-    dim=64,
-    depth=4,
-    num_heads=4,
-    mlp_ratio=2.0,
-    pool="mean",
-    pos_embed="learned",
-    stem="patch",
-)
+BASE = dict(patch_size=2, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
+BASE.update(pos_embed="learned", stem="patch")
 SCHEDULE = FitSettings(epochs=15, lr=2e-3, weight_decay=0.05, warmup_epochs=3, label_smoothing=0.1)
 BATCH_SIZE = 64
 #: id: (what is varied, the variant's name, its change to :data:`BASE`)
@@ -76,18 +66,16 @@ def train_once(config: dict, seed: int, epochs: int) -> dict:
 
 
 def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dict]:
-    """Each variant of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one
-    row at a time: ``id``, ``group``, ``name``, ``change``, ``config`` and ``runs`` (one
-    :func:`train_once` per seed). A configuration that appears in several groups (the base
-    appears in all four) is trained once per seed."""
+    """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one row at a time:
+    ``id``, ``group``, ``name``, ``change``, ``config``, ``runs`` (:func:`train_once` per seed);
+    a configuration in several groups (the base is in all four) is trained once per seed."""
     done: dict[tuple, dict] = {}
     for key in variants:
         group, name, change = VARIANTS[key]
         config = {**BASE, **change}
-        runs = []
+        same = tuple(sorted(config.items()))
         for seed in seeds:
-            same = (tuple(sorted(config.items())), seed)
-            if same not in done:
-                done[same] = train_once(config, seed, epochs)
-            runs.append(done[same])
+            if (same, seed) not in done:
+                done[same, seed] = train_once(config, seed, epochs)
+        runs = [done[same, seed] for seed in seeds]
         yield dict(id=key, group=group, name=name, change=change, config=config, runs=runs)

@@ -1,17 +1,16 @@
 """Chapter 8's experiments: a ViT, a hybrid ViT and a CNN on Fashion-MNIST, at several
 training-set sizes, with augmentation, regularisation and distillation.
 
-Every run follows one budget rule: the same number of optimisation steps (``steps``, batches of
-128), whatever the model and the training-set size, so a smaller training set is seen for more
-epochs (:func:`~vit_tutorial.experiments.epochs_for`). All models train with the same settings,
-:data:`FIT` (its epochs and warm-up scaled to the run's budget: :attr:`RunSpec.settings`); none
-is tuned on the test set, which is evaluated once, at the end.
+Every run gets the same optimisation steps (``steps``, batches of 128) and settings (:data:`FIT`,
+its epochs and warm-up scaled to the budget: :attr:`RunSpec.settings`), whatever the model and
+the training-set size, so a smaller set is seen for more epochs; the test set, used for no
+choice, is evaluated once, at the end.
 
-The models (:func:`build_model`): ``'vit'``, a plain ViT, 4×4-pixel patches (a 7×7 grid), 4
-blocks of width 64; ``'hybrid'``, the same transformer on a convolutional stem (the
-``fashion-mnist`` preset's model); ``'resnet18'``, torchvision's ResNet-18 with a one-channel
-first convolution (:func:`resnet18_greyscale`). The augmentations (:data:`AUGMENTATIONS`) all
-come from ``torchvision.transforms.v2``.
+The models (:func:`build_model`): ``'vit'``, a plain ViT (:data:`VIT_MODEL`: 4×4-pixel patches,
+a 7×7 grid); ``'hybrid'``, the same transformer on a convolutional stem (the ``fashion-mnist``
+preset's model); ``'resnet18'``, torchvision's with a one-channel first convolution
+(:func:`resnet18_greyscale`). The augmentations (:data:`AUGMENTATIONS`) are
+``torchvision.transforms.v2``'s.
 
 Example:
     >>> spec = RunSpec("hybrid", train_size=1000, seed=0, steps=50)
@@ -22,6 +21,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import math
 import time
 from collections.abc import Callable
@@ -64,18 +65,14 @@ VIT_MODEL = dict(patch_size=4, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool
 #: The settings of every model, as the full training set's run has them: 13 epochs, one of
 #: warm-up (a thirteenth of the steps, whatever the size: :attr:`RunSpec.settings`).
 FIT = FitSettings(epochs=13, lr=2e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
-WARMUP_FRACTION = 13  # warm up for 1/13 of the steps: one epoch of the full set
 MODELS = ("vit", "hybrid", "resnet18")
 
 
 def resnet18_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
-    """torchvision's ResNet-18, its first convolution taking ``in_channels`` channels.
-
-    Nothing else changes: the 7×7 stride-2 convolution and the max-pool take a 28×28 image to a
-    7×7 grid (the ViT's patch grid), then the four stages to 7, 4, 2 and 1 pixels. The new
-    convolution is initialised as torchvision initialises its convolutions (Kaiming normal,
-    ``fan_out``; ``torchvision/models/resnet.py``).
-    """
+    """torchvision's ResNet-18, its first convolution taking ``in_channels`` channels, initialised
+    as torchvision's are (Kaiming normal, ``fan_out``; ``torchvision/models/resnet.py``). The 7×7
+    stride-2 convolution and the max-pool take a 28×28 image to a 7×7 grid (the ViT's patch
+    grid), the four stages to 7, 4, 2 and 1 pixels."""
     from torchvision.models import resnet18
 
     if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
@@ -120,15 +117,9 @@ class Augmentation:
     drop_path: float = 0.0
 
 
-def _v2():
-    from torchvision.transforms import v2
-
-    return v2
-
-
-#: The ablation's rows. The strengths are DeiT's (Touvron et al. 2021, Table 9: RandAugment
-#: m9, random erasing 0.25, Mixup 0.8, CutMix 1.0, stochastic depth 0.1); the crop pads by
-#: 2 pixels of 28.
+_v2 = functools.partial(importlib.import_module, "torchvision.transforms.v2")  # when first used
+#: The ablation's rows, with DeiT's strengths (Touvron et al. 2021, Table 9: RandAugment m9,
+#: random erasing 0.25, Mixup 0.8, CutMix 1.0, stochastic depth 0.1); the crop pads 2 pixels.
 AUGMENTATIONS: dict[str, Augmentation] = {
     "none": Augmentation("no augmentation"),
     "crop": Augmentation("random crop, padding 2", lambda: _v2().RandomCrop(28, padding=2)),
@@ -156,17 +147,15 @@ def _pipeline(*rows: str):
 
 def _mix():
     v2 = _v2()
-    return v2.RandomChoice(
-        [v2.MixUp(alpha=0.8, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)]
-    )
+    mixes = [v2.MixUp(alpha=0.8, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)]
+    return v2.RandomChoice(mixes)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One training run: a model, a training-set size, a seed, a step budget, an augmentation of
-    :data:`AUGMENTATIONS`, the ViTs' pooling, and whether the run is distilled from the
-    ``'resnet18'`` trained on the same images with the same seed (DeiT's distillation token sits
-    next to the class token: ``pool='cls'``)."""
+    """One training run: model, training-set size, seed, step budget, augmentation (of
+    :data:`AUGMENTATIONS`), the ViTs' pooling, and whether it learns from the ``'resnet18'`` of the
+    same images and seed (DeiT's distillation token, next to the class token: ``pool='cls'``)."""
 
     model: str
     train_size: int = FULL_TRAIN_SIZE
@@ -209,7 +198,7 @@ class RunSpec:
     @property
     def settings(self) -> FitSettings:
         """:data:`FIT` for this run: its epochs, and a warm-up of a thirteenth of its steps."""
-        warmup = self.steps / WARMUP_FRACTION / math.ceil(self.train_size / BATCH_SIZE)
+        warmup = self.steps / FIT.epochs / math.ceil(self.train_size / BATCH_SIZE)
         return dataclasses.replace(FIT, epochs=self.epochs, warmup_epochs=warmup)
 
 
@@ -223,11 +212,10 @@ def run(
     num_workers: int = 0,
     save_to: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train the run ``spec`` describes: ``spec``'s fields, ``test_accuracy``, ``val_accuracy``,
-    ``epochs``, ``train_seconds``... A distilled run learns from ``teacher``, a trained classifier
-    (:class:`~vit_tutorial.losses.HardDistillation`); ``save_to`` gets the trained weights, a
-    checkpoint (a later run's teacher: :func:`load_teacher`); ``device`` and ``amp`` are
-    :func:`~vit_tutorial.engine.fit`'s."""
+    """Train the run ``spec`` describes (``device``, ``amp``: :func:`~vit_tutorial.engine.fit`'s):
+    ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
+    distilled run learns from ``teacher`` (:class:`~vit_tutorial.losses.HardDistillation`);
+    ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     augmentation = AUGMENTATIONS[spec.augmentation]

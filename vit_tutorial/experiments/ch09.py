@@ -1,13 +1,12 @@
 """Chapter 9's experiments: pre-train on Fashion-MNIST, then fine-tune with few labels.
 
-Three starting points (:data:`STARTS`, :func:`start`) for the same ViT (chapter 8's plain ViT:
-4×4-pixel patches, a 7×7 grid, 4 blocks of width 64, mean pooling): ``'scratch'``, random
-weights; ``'mae'``, the encoder of a :class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on
-the 60,000 training images without their labels (:func:`pretrain_mae`); ``'supervised'``, a ViT
-pre-trained on the same 60,000 images with *other* labels, the five coarse groups of
-:data:`COARSE_GROUPS` (:func:`pretrain_supervised`). Like ImageNet pre-training it learns from
-many labels of another task; the groups say nothing about the hard distinctions inside "tops"
-(T-shirt, pullover, coat, shirt) or "footwear".
+Three starting points (:data:`STARTS`, :func:`start`) for the same ViT (:data:`ENCODER`, chapter
+8's plain ViT, mean-pooled): ``'scratch'``, random weights; ``'mae'``, the encoder of a
+:class:`~vit_tutorial.mae.MaskedAutoencoder` pre-trained on the 60,000 training images without
+their labels (:func:`pretrain_mae`); ``'supervised'``, a ViT pre-trained on them with *other*
+labels, the five coarse groups of :data:`COARSE_GROUPS` (:func:`pretrain_supervised`): like
+ImageNet pre-training, many labels of another task, silent on the hard distinctions inside
+"tops" (T-shirt, pullover, coat, shirt) or "footwear".
 
 Each is then trained on ``per_class`` labelled images per class (:func:`labelled_data`), either
 whole (:func:`vit_tutorial.finetune.finetune` with :func:`finetune_settings`, for the epochs of
@@ -28,15 +27,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from vit_tutorial.data import (
-    FASHION_MNIST_MEAN,
-    FASHION_MNIST_STD,
-    DataSplits,
-    digits_datasets,
-    fashion_mnist_datasets,
-    make_loader,
-    stratified_indices,
-)
+from vit_tutorial.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD, DataSplits, digits_datasets
+from vit_tutorial.data.core import make_loader, stratified_indices
+from vit_tutorial.data.fashion_mnist import fashion_mnist_datasets
 from vit_tutorial.engine import Device, FitSettings, fit, predict
 from vit_tutorial.experiments import epochs_for
 from vit_tutorial.finetune import replace_head, set_image_size
@@ -63,7 +56,7 @@ __all__ = [
     "start",
 ]
 
-#: The ViT every run fine-tunes (chapter 8's ``'vit'``), for 28×28 grey images.
+#: The ViT every run fine-tunes (chapter 8's ``'vit'``).
 ENCODER = dict(
     image_size=28, patch_size=4, in_channels=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0
 )
@@ -73,10 +66,9 @@ DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
 COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
 COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
 STARTS = ("scratch", "mae", "supervised")
-#: Optimiser steps (batches of 64) for a pre-trained start, and for the ViT from scratch. The
-#: scratch ViT gets over 3 times more: with 480 steps its accuracy still depends on the seed by
-#: several points (56.7 to 68.6% with 100 labels per class), so a comparison at equal steps
-#: would flatter pre-training.
+#: Optimiser steps (batches of 64) for a pre-trained start and for the ViT from scratch, which
+#: gets over 3 times more: with 480 its accuracy still varies with the seed by several points
+#: (56.7 to 68.6% with 100 labels per class), so equal steps would flatter pre-training.
 FINETUNE_STEPS, SCRATCH_STEPS = 480, 1600
 
 
@@ -106,12 +98,9 @@ def pretrain_mae(
     progress: bool = False,
 ) -> tuple[MaskedAutoencoder, dict[str, list]]:
     """A :class:`~vit_tutorial.mae.MaskedAutoencoder` trained on all 60,000 training images (or
-    a class-balanced ``images`` of them), labels unused; ``(model, history)``.
-
-    The optimiser is MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW with betas (0.9,
-    0.95), weight decay 0.05, warm-up then cosine decay (:func:`~vit_tutorial.engine.fit` with
-    :func:`~vit_tutorial.losses.mae_loss`).
-    """
+    a class-balanced ``images`` of them), labels unused; ``(model, history)``. The optimiser is
+    MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW, betas (0.9, 0.95), weight decay 0.05,
+    warm-up then cosine decay."""
     data = fashion_mnist_datasets(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
     )
@@ -149,10 +138,10 @@ def pretrain_supervised(
 
 
 def start(name: str, seed: int, encoders: dict[str, nn.Module]) -> VisionTransformer:
-    """A 10-class ViT for the start ``name`` of :data:`STARTS`, to fine-tune: random weights
-    drawn with ``seed``; ``encoders['mae'].to_vit(10)``; or a copy of ``encoders['supervised']``
-    with a fresh zero head (:func:`~vit_tutorial.finetune.replace_head`), every other weight
-    kept, the pooled feature's LayerNorm too. The encoders themselves are left as they are."""
+    """A 10-class ViT to fine-tune for the start ``name`` of :data:`STARTS`: random weights drawn
+    with ``seed``; ``encoders['mae'].to_vit(10)``; a copy of ``encoders['supervised']`` with a
+    fresh zero head (:func:`~vit_tutorial.finetune.replace_head`), all else kept (``fc_norm``
+    too). The encoders are left as they are."""
     torch.manual_seed(seed)
     if name == "scratch":
         return VisionTransformer(**ENCODER, pool="mean", num_classes=10)
@@ -171,9 +160,8 @@ def labelled_data(
     data_root: str | Path | None = None,
 ) -> DataSplits:
     """Fashion-MNIST with ``per_class`` labelled training images per class, drawn with ``seed``
-    from the 55,000 left after the validation split; the fixed validation split and the test set
-    whole (or their first ``eval_size`` images, for quick checks). ``image_size`` > 28
-    upsamples every image (bicubic)."""
+    from the 55,000 left after the validation split; the validation and test sets whole (or their
+    first ``eval_size`` images, for quick checks); ``image_size`` > 28 upsamples (bicubic)."""
     check_int("per_class", per_class)
     data = fashion_mnist_datasets(data_root, seed=seed, batch_size=batch_size)
     if per_class * 10 > len(data.train):
@@ -201,8 +189,6 @@ def features(model: VisionTransformer, loader: DataLoader, device: Device = "cpu
 
 
 class _MeanTokens(nn.Module):
-    """``model``'s encoder output averaged over the tokens (before any head)."""
-
     def __init__(self, model: VisionTransformer) -> None:
         super().__init__()
         self.model = model
@@ -214,25 +200,20 @@ class _MeanTokens(nn.Module):
 def linear_probe(
     model: VisionTransformer, data: DataSplits, device: Device = "cpu"
 ) -> dict[str, float]:
-    """Logistic regression on frozen, standardised :func:`features`; the L2 strength is the one
-    of ``C`` in 10^-3..10^2 best on the validation split. Test accuracy and ``C``.
-
-    MAE's linear probe (Appendix A.2) trains a linear layer after a BatchNorm without affine
-    parameters, by SGD on all of ImageNet; with at most 10,000 labelled images a regularised
-    logistic regression solved exactly (scikit-learn) is the same model, fitted without a
-    schedule to tune.
-    """
+    """Logistic regression on frozen, standardised :func:`features`, its L2 strength the ``C``
+    in 10^-3..10^2 best on the validation split: test accuracy and ``C``. MAE's linear probe
+    (Appendix A.2) trains a linear layer after a BatchNorm without affine parameters, by SGD on
+    all of ImageNet; on at most 10,000 labelled images a regularised logistic regression solved
+    exactly (scikit-learn) is the same model, without a schedule to tune."""
     from sklearn.linear_model import LogisticRegression
 
-    model.eval()
     loaders = make_loader(data.train, 1000, shuffle=False), data.val_loader, data.test_loader
     (x, y), (x_val, y_val), (x_test, y_test) = (
         predict(_MeanTokens(model), loader, device, None) for loader in loaders
     )
     mean, std = x.mean(0), x.std(0) + 1e-6
     x, x_val, x_test = (((f - mean) / std).numpy() for f in (x, x_val, x_test))
-    cs = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
-    probes = [LogisticRegression(C=c, max_iter=2000).fit(x, y.numpy()) for c in cs]
+    probes = [LogisticRegression(C=10.0**k, max_iter=2000).fit(x, y.numpy()) for k in range(-3, 3)]
     best = max(probes, key=lambda probe: probe.score(x_val, y_val.numpy()))  # the first if tied
     return {"test_accuracy": best.score(x_test, y_test.numpy()), "C": best.C}
 
@@ -240,14 +221,12 @@ def linear_probe(
 def at_resolution(
     model: VisionTransformer, image_size: int, *, interpolate: bool = True
 ) -> VisionTransformer:
-    """``model`` for ``image_size`` × ``image_size`` images, the same patch size, so a larger
-    grid: its position table resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT
-    paper's Section 3.2) or, with ``interpolate=False``, replaced by a fresh random table,
-    initialised as a new ViT's (to measure what resampling keeps)."""
+    """``model`` for ``image_size`` × ``image_size`` images, the same patches (a larger grid), its
+    position table resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT paper's
+    Section 3.2) or, with ``interpolate=False``, a new ViT's random one (what resampling keeps)."""
     bigger = set_image_size(model, image_size)
-    if not interpolate:
-        with torch.no_grad():
-            nn.init.trunc_normal_(bigger.pos_embed.weight, std=0.02, a=-0.04, b=0.04)
+    if not interpolate:  # init functions run without gradients
+        nn.init.trunc_normal_(bigger.pos_embed.weight, std=0.02, a=-0.04, b=0.04)
     return bigger
 
 
