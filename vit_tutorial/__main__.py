@@ -31,9 +31,16 @@ def _module(name: str):
         return None
 
 
-def _rows() -> list[tuple[str, str]]:
-    """``(name, value)`` for the packages, torch's accelerators and the offline datasets."""
-    rows = []
+def report() -> str:
+    """The environment report, one ``name: value`` line per fact, without a final newline."""
+    import vit_tutorial
+
+    rows = [
+        ("vit_tutorial", vit_tutorial.__version__),
+        ("location", str(Path(vit_tutorial.__file__).resolve().parent)),
+        ("Python", f"{platform.python_version()} ({sys.executable})"),
+        ("platform", platform.platform()),
+    ]
     for shown, name in PACKAGES:
         module = _module(name)
         version = NOT_INSTALLED if module is None else getattr(module, "__version__", "unknown")
@@ -57,22 +64,8 @@ def _rows() -> list[tuple[str, str]]:
     except OSError:  # unreadable: as good as absent
         fashion = False
     fashion_text = f"{'present' if fashion else 'absent'} ({FASHION_MNIST_DIR})"
-    return rows + [("digits dataset", digits), ("Fashion-MNIST files", fashion_text)]
-
-
-def report() -> str:
-    """The environment report, one ``name: value`` line per fact, without a final newline."""
-    import vit_tutorial
-
-    colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
-    rows = [
-        ("vit_tutorial", vit_tutorial.__version__),
-        ("location", str(Path(vit_tutorial.__file__).resolve().parent)),
-        ("Python", f"{platform.python_version()} ({sys.executable})"),
-        ("platform", platform.platform()),
-        *_rows(),
-        ("Colab", str(colab)),
-    ]
+    rows += [("digits dataset", digits), ("Fashion-MNIST files", fashion_text)]
+    rows.append(("Colab", str("google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ)))
     width = max(len(name) for name, _ in rows) + 1
     return "\n".join(f"{name + ':':<{width}} {value}" for name, value in rows)
 

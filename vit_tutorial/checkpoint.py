@@ -1,10 +1,8 @@
-"""Checkpoints (chapter 6): save and resume a training run, safely.
-
-:func:`save_checkpoint` writes a run's state atomically (a temporary file in the same folder, then
-:func:`os.replace`), with the SHA-256 of its contents. :func:`load_checkpoint` reads it back with
-``torch.load(..., weights_only=True)``, which unpickles only tensors and plain containers, checks
-the SHA-256, and refuses a checkpoint saved from a model with another config.
-"""
+"""Checkpoints (chapter 6): save and resume a training run, safely. :func:`save_checkpoint` writes
+a run's state atomically (a temporary file in the same folder, then :func:`os.replace`), with the
+SHA-256 of its contents. :func:`load_checkpoint` reads it back with ``torch.load(...,
+weights_only=True)``, which unpickles only tensors and plain containers, checks the SHA-256, and
+refuses a checkpoint saved from a model with another config."""
 
 from __future__ import annotations
 
@@ -48,13 +46,12 @@ def save_checkpoint(
     scheduler: LRScheduler | None = None,
     scaler: torch.amp.GradScaler | None = None,
 ) -> None:
-    """Write a checkpoint atomically (to a temporary file in the same folder, then rename) holding
-    the weights, ``dataclasses.asdict(model.config)`` when the model has a dataclass config, the
-    epoch, the history, ``extra``, the optimiser/scheduler/grad-scaler states and the torch RNG
-    states (CPU and CUDA): only tensors and plain containers, which load with ``weights_only=True``
-    (NumPy scalars become Python numbers); and the SHA-256 of all that, which
-    :func:`load_checkpoint` checks. A value of ``history`` or ``extra`` that ``weights_only=True``
-    could not load back (a datetime, a path, an array...) is a ``TypeError`` naming where it is.
+    """Write a checkpoint atomically holding the weights, ``dataclasses.asdict(model.config)``
+    when the model has a dataclass config, the epoch, the history, ``extra``, the optimiser,
+    scheduler and grad-scaler states, the torch RNG states (CPU and CUDA), and the SHA-256 of all
+    that, which :func:`load_checkpoint` checks: only tensors and plain containers (NumPy scalars
+    become Python numbers), so that it loads with ``weights_only=True``; a value of ``history``
+    or ``extra`` that could not (a datetime, a path, an array...) is a ``TypeError`` naming it.
 
     Args:
         path: the file to write; its folder is created if needed.
@@ -63,19 +60,16 @@ def save_checkpoint(
         extra: any other plain values (the run's settings, say).
         optimizer, scheduler, scaler: the training objects whose state to keep, or ``None``.
     """
+    training = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     state = {
         "model": unwrap_model(model).state_dict(),
         "config": _model_config(model),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "scaler": scaler.state_dict() if scaler is not None else None,
+        **{key: None if obj is None else obj.state_dict() for key, obj in training.items()},
         "epoch": epoch,
         "history": _plain(history or {}, "history"),
         "extra": _plain(extra or {}, "extra"),
-        "rng": {
-            "cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        },
+        "rng": {"cpu": torch.get_rng_state(), "cuda": cuda},
     }
     state["sha256"] = _sha256(state)
     write_atomically(path, lambda f: torch.save(state, f))

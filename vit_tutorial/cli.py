@@ -142,8 +142,8 @@ def _check(args: argparse.Namespace) -> None:
     args.amp = None if args.amp == "none" else args.amp
     if args.command == "train":
         args.preset = args.preset or DEFAULT_PRESET[args.dataset or "digits"]
-        if args.dataset is not None and RECIPES[args.preset].dataset != args.dataset:
-            dataset = RECIPES[args.preset].dataset
+        dataset = RECIPES[args.preset].dataset
+        if args.dataset is not None and dataset != args.dataset:
             args.error(f"preset {args.preset!r} is for dataset {dataset!r}, not {args.dataset!r}")
 
 
@@ -196,12 +196,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResu
         result, run, split = args.run(args, {**options, "progress": not args.no_progress})
         if not distributed or dist.get_rank() == 0:
             world = f", {dist.get_world_size()} processes" if distributed else ""
-            print(
-                f"{run}{world}): {split} accuracy {100 * result.test_accuracy:.2f}% | "
-                f"training time {result.train_seconds:.1f} s "
-                f"(wall {time.perf_counter() - tic:.1f} s)",
-                flush=True,
-            )
+            wall = time.perf_counter() - tic
+            accuracy = f"{split} accuracy {100 * result.test_accuracy:.2f}%"
+            times = f"training time {result.train_seconds:.1f} s (wall {wall:.1f} s)"
+            print(f"{run}{world}): {accuracy} | {times}", flush=True)
     finally:
         if distributed:
             dist.destroy_process_group()

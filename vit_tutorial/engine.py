@@ -93,10 +93,9 @@ class FitSettings:
             check_real("grad_clip", self.grad_clip, 0.0, low_open=True)
         if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
-        betas = tuple(
-            check_real(f"betas[{i}]", b, 0, 1, high_open=True) for i, b in enumerate(self.betas)
-        )
-        object.__setattr__(self, "betas", betas)
+        for i, beta in enumerate(self.betas):
+            check_real(f"betas[{i}]", beta, 0, 1, high_open=True)
+        object.__setattr__(self, "betas", tuple(map(float, self.betas)))
 
 
 @dataclasses.dataclass
@@ -130,13 +129,10 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        if p.requires_grad:  # frozen ones are left out
+        if p.requires_grad:
             exempt = p.ndim < 2 or name in skip or name.split(".")[-1] in skip
             (no_decay if exempt else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
 
 
 def warmup_cosine(
@@ -190,19 +186,14 @@ def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
 
 
+@torch.no_grad()
 def predict(
     model: nn.Module, loader: DataLoader, device: Device = "auto", amp: str | None = "auto"
 ) -> tuple[Tensor, Tensor]:
     """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32;
-    ValueError when ``loader`` yields no batches."""
-    device = resolve_device(device)
-    return _predict(model, loader, device, _amp_dtype(amp, device))
-
-
-@torch.no_grad()
-def _predict(
-    model: nn.Module, loader: DataLoader, device: torch.device, dtype: torch.dtype | None
-) -> tuple[Tensor, Tensor]:
+    ValueError when ``loader`` yields no batches. A :class:`torch.device` is used as it is."""
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    dtype = _amp_dtype(amp, device)
     was_training = model.training
     model.to(device).eval()
     logits, labels = [], []
@@ -221,10 +212,7 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``;
     ValueError when ``loader`` yields no batches."""
-    return _scores(*predict(model, loader, device, amp))
-
-
-def _scores(logits: Tensor, labels: Tensor) -> dict[str, float]:
+    logits, labels = predict(model, loader, device, amp)
     loss = nn.functional.cross_entropy(logits, labels).item()
     return {"loss": loss, "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
 
@@ -295,8 +283,7 @@ def fit(
         saved = load_checkpoint(checkpoint_path, model, **state)
         before, wanted = saved["extra"].get("settings", {}), extra["settings"]
         if diffs := [key for key in wanted if before.get(key) != wanted[key]]:
-            was = ", ".join(f"{key}={before.get(key)!r}" for key in diffs)
-            now = ", ".join(f"{key}={wanted[key]!r}" for key in diffs)
+            was, now = (", ".join(f"{k}={d.get(k)!r}" for k in diffs) for d in (before, wanted))
             raise ValueError(
                 f"cannot resume {checkpoint_path}: it was trained with {was}, not {now}"
             )
@@ -333,27 +320,20 @@ def fit(
         if distributed:
             dist.all_reduce(sums)  # every rank reports the same, global, numbers
         seconds = time.perf_counter() - tic
-        val = {"loss": math.nan, "accuracy": math.nan}
-        if val_loader is not None:
-            val = _scores(*_predict(model, val_loader, device, dtype))
+        no_val = {"loss": math.nan, "accuracy": math.nan}
+        val = evaluate(model, val_loader, device, amp) if val_loader is not None else no_val
         row = (epoch + 1, *(sums[:2] / sums[2]).tolist(), val["loss"], val["accuracy"], lr, seconds)
         for key, value in zip(HISTORY_KEYS, row):
             history[key].append(value)
         if checkpoint_path is not None and first:
             save_checkpoint(checkpoint_path, model, epoch=epoch + 1, history=history,
                             extra=extra, **state)  # fmt: skip
-        if progress and first:
-            _log(history, settings.epochs)
+        done, epochs = epoch + 1, settings.epochs
+        if progress and first and (done % max(1, epochs // 10) == 0 or done == epochs):
+            scores = f"loss {row[1]:.4f} train_acc {row[2]:.4f} val_acc {row[4]:.4f}"
+            print(f"epoch {done}/{epochs} {scores}", flush=True)  # every tenth of the run
     return history
 
 
 #: The keys of :func:`fit`'s history, each a list with a value per epoch.
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
-
-
-def _log(history: dict[str, list], epochs: int) -> None:
-    """Print the epoch's line, for every tenth of the run."""
-    epoch, loss, acc, _, val = (history[key][-1] for key in HISTORY_KEYS[:5])
-    if epoch % max(1, epochs // 10) == 0 or epoch == epochs:
-        line = f"epoch {epoch}/{epochs} loss {loss:.4f} train_acc {acc:.4f} val_acc {val:.4f}"
-        print(line, flush=True)

@@ -17,15 +17,12 @@ def write_atomically(
     path: str | os.PathLike, write: bytes | str | Callable[[BinaryIO], object]
 ) -> Path:
     """Write ``path`` (its folder created when needed) through a temporary file in the same
-    folder, then rename it; return ``path`` as a :class:`~pathlib.Path`.
+    folder, then rename it; return ``path`` as a :class:`~pathlib.Path`. ``write`` is the bytes
+    or text (UTF-8) to write, or a function that writes into the open binary file it is given
+    (``lambda f: torch.save(state, f)``).
 
-    A reader sees the old file or the new one, never half of one: :func:`os.replace` is
-    atomic within a file system, and a failed write removes its temporary file.
-
-    Args:
-        path: the file to write.
-        write: the bytes or text (UTF-8) to write, or a function that writes into the open
-            binary file it is given (``lambda f: torch.save(state, f)``).
+    A reader sees the old file or the new one, never half of one: :func:`os.replace` is atomic
+    within a file system, and a failed write removes its temporary file.
 
     Example:
         >>> import tempfile

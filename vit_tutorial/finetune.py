@@ -50,11 +50,6 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 """ImageNet's per-channel pixel mean and standard deviation, on a 0-1 scale (torchvision's)."""
 
-SOURCES = (
-    "'torchvision:NAME' (e.g. 'torchvision:vit_b_16'), 'timm:NAME' (e.g. "
-    "'timm:vit_small_patch16_224') or the path of a checkpoint written by "
-    "vit_tutorial.checkpoint.save_checkpoint"
-)
 #: The defaults of :func:`finetune` and of ``python -m vit_tutorial.cli finetune``: starting
 #: points for AdamW on a pre-trained ViT, not tuned on any dataset. A small peak learning
 #: rate, so that the pre-trained features move little.
@@ -72,35 +67,37 @@ def load_pretrained(
     ``source`` is one of:
 
     * ``'torchvision:NAME'``, NAME a torchvision ViT (``vit_b_16``, ...), converted with
-      :func:`~vit_tutorial.interop.from_torchvision`; mean and std from the weights'
-      transforms (ImageNet's, :data:`IMAGENET_MEAN` and :data:`IMAGENET_STD`);
+      :func:`~vit_tutorial.interop.from_torchvision`; mean and std from the weights' transforms
+      (ImageNet's, :data:`IMAGENET_MEAN` and :data:`IMAGENET_STD`);
     * ``'timm:NAME'``, NAME a timm ViT (``vit_small_patch16_224``, ...), converted with
-      :func:`~vit_tutorial.interop.from_timm`; mean and std from the model's
-      ``pretrained_cfg`` (0.5 and 0.5 for timm's augreg ViTs, ImageNet's for others);
+      :func:`~vit_tutorial.interop.from_timm`; mean and std from the model's ``pretrained_cfg``
+      (0.5 and 0.5 for timm's augreg ViTs, ImageNet's for others);
     * the path of a :class:`~vit_tutorial.vit.VisionTransformer`'s checkpoint, read with
-      :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256
-      checked); mean and std from its ``extra["mean"]`` and ``extra["std"]``, as
-      :func:`finetune` saves them, else ImageNet's.
+      :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256 checked);
+      mean and std from the ``extra["mean"]`` and ``extra["std"]`` that :func:`finetune` saves,
+      else ImageNet's.
 
-    ``pretrained=False`` builds the same architecture with random weights, the same way
-    otherwise (offline runs and the tests use it); it changes nothing for a checkpoint.
-    ``ValueError`` for a ``source`` of none of the three forms, naming an unknown or non-ViT
-    model, or a file that is no such checkpoint; ``ImportError`` for ``timm:`` without timm
-    installed; ``TypeError`` for a ``source`` that is no string or path, or a non-bool
-    ``pretrained``.
+    ``pretrained=False`` builds the same architecture with random weights (offline runs and the
+    tests use it); it changes nothing for a checkpoint. ``ValueError`` for a ``source`` of none
+    of the three forms, naming an unknown or non-ViT model, or a file that is no such checkpoint;
+    ``ImportError`` for ``timm:`` without timm installed; ``TypeError`` for a ``source`` that is
+    no string or path, or a non-bool ``pretrained``.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a string or a path, got {type(source).__name__}")
     check_bool("pretrained", pretrained)
     text = os.fspath(source)
     kind, _, name = text.partition(":")
-    if kind == "torchvision" and name:
-        return _torchvision_model(name, pretrained)
-    if kind == "timm" and name:
-        return _timm_model(name, pretrained)
+    converters = {"torchvision": _torchvision_model, "timm": _timm_model}
+    if kind in converters and name:
+        return converters[kind](name, pretrained)
     if Path(text).is_file():
         return _checkpoint_model(Path(text))
-    raise ValueError(f"unknown source {text!r}: expected {SOURCES}")
+    raise ValueError(
+        f"unknown source {text!r}: expected 'torchvision:NAME' (e.g. 'torchvision:vit_b_16'), "
+        "'timm:NAME' (e.g. 'timm:vit_small_patch16_224') or the path of a checkpoint written by "
+        "vit_tutorial.checkpoint.save_checkpoint"
+    )
 
 
 def _torchvision_model(name: str, pretrained: bool) -> tuple[VisionTransformer, Any, Any]:
@@ -249,8 +246,7 @@ def finetune(
     progress: bool = True,
 ) -> TrainResult:
     """Fine-tune ``model`` on ``data`` with :func:`~vit_tutorial.engine.fit`, then score it;
-    ``TypeError`` for a model not ours, ``ValueError`` for images with another number of
-    channels than the model takes.
+    ``TypeError`` for a model not ours, ``ValueError`` when the data's channels are not the model's.
 
     Args:
         model: our ViT, trained in place.
@@ -272,8 +268,7 @@ def finetune(
         replace_head(model, data.num_classes)
     if check_bool("linear_probe", linear_probe):
         freeze_for_linear_probe(model)
-    if settings is None:
-        settings = LINEAR_PROBE if linear_probe else FINETUNE
+    settings = settings or (LINEAR_PROBE if linear_probe else FINETUNE)
     held_out = (data.val_loader or data.test_loader) if check_bool("validate", validate) else None
     extra = {"mean": data.mean, "std": data.std, "classes": data.classes}
     options = dict(device=device, amp=amp, progress=progress, checkpoint_path=checkpoint_path)

@@ -51,14 +51,11 @@ _RAW_URL_VARIABLE = "VIT_TUTORIAL_RAW_URL"
 def glue(name: str, value: object, display: bool = True) -> None:
     """Make ``value`` (a number, a string, a figure...) available to the book's text as ``name``.
 
-    With myst-nb installed (the book's build) this is myst-nb's ``glue``: the prose shows
-    the value where its ``glue:text`` role names ``name``, and ``display`` says whether the
-    cell's output shows it too. Elsewhere (Colab, Jupyter) there is no text to fill: it
-    prints ``name: value``, whatever ``display`` says.
-
-    Raises:
-        TypeError: ``name`` is not a string.
-        ValueError: ``name`` is empty.
+    With myst-nb installed (the book's build) this is myst-nb's ``glue``: the prose shows the
+    value where its ``glue:text`` role names ``name``, and ``display`` says whether the cell's
+    output shows it too. Elsewhere (Colab, Jupyter) there is no text to fill: it prints
+    ``name: value``, whatever ``display`` says. ``TypeError`` for a ``name`` that is not a
+    string, ``ValueError`` for an empty one.
     """
     if not isinstance(name, str):
         raise TypeError(f"glue: name must be a string, got {name!r}")
@@ -75,11 +72,8 @@ def glue(name: str, value: object, display: bool = True) -> None:
 def online() -> bool:
     """Whether the online-only cells run (they download pretrained weights or data).
 
-    ``VIT_TUTORIAL_ONLINE=1`` or ``0`` decides when it is set; otherwise they run exactly
-    on Colab (``google.colab`` is imported there).
-
-    Raises:
-        ValueError: ``VIT_TUTORIAL_ONLINE`` is set to something other than ``0`` or ``1``.
+    ``VIT_TUTORIAL_ONLINE=1`` or ``0`` decides when it is set (anything else is a
+    ``ValueError``); otherwise they run exactly on Colab (``google.colab`` is imported there).
     """
     value = os.environ.get(_ONLINE_VARIABLE)
     if value is None:
@@ -123,10 +117,8 @@ def raw_url() -> str:
 
     ``$VIT_TUTORIAL_RAW_URL`` when set (a mirror, or a local server in a test), otherwise
     GitHub's raw-file host for :data:`REPOSITORY_URL`, without the trailing slash. A file
-    ``path`` of commit ``commit`` lies at ``{raw_url()}/{commit}/{path}``.
-
-    Raises:
-        ValueError: ``VIT_TUTORIAL_RAW_URL`` or :data:`REPOSITORY_URL` is not such an address.
+    ``path`` of commit ``commit`` lies at ``{raw_url()}/{commit}/{path}``. ``ValueError`` when
+    ``VIT_TUTORIAL_RAW_URL`` or :data:`REPOSITORY_URL` is not such an address.
     """
     base = os.environ.get(_RAW_URL_VARIABLE)
     if base is None:
@@ -184,16 +176,14 @@ def _download(url: str, file: BinaryIO) -> None:
 
 
 def repository_file(path: str | os.PathLike[str]) -> Path:
-    """A file of the repository, such as ``"benchmarks/results/digits_ablation.json"``.
+    """A file of the repository, by its ``path`` from the repository's root with ``/`` between
+    folders, such as ``"benchmarks/results/digits_ablation.json"``.
 
     Inside a checkout (see :func:`find_repository_root`) this is the checkout's own file.
     Otherwise (Colab, a notebook opened on its own) the file is downloaded once, from
     ``{raw_url()}/{package_commit()}/{path}``, into ``vit_tutorial_files/<commit>/`` of the
-    current folder, and later calls return that copy. Files of one folder land in one
-    folder, so a benchmark script finds its helper module beside it once both are fetched.
-
-    Args:
-        path: the file's path from the repository's root, with ``/`` between folders.
+    current folder, and later calls return that copy. Files of one folder land in one folder,
+    so a benchmark script finds its helper module beside it once both are fetched.
 
     Raises:
         TypeError: ``path`` is not a string or a path.

@@ -49,17 +49,13 @@ class Recipe:
 
 def _vit(patch_size: int, dim: int, depth: int, num_heads: int, stem: str = "patch", **kw) -> dict:
     """A preset's model: an MLP of width 2·D and average pooling (no class token)."""
-    return dict(
-        patch_size=patch_size, dim=dim, depth=depth, num_heads=num_heads, stem=stem,
-        mlp_ratio=2.0, pool="mean", **kw,
-    )  # fmt: skip
+    shape = dict(patch_size=patch_size, dim=dim, depth=depth, num_heads=num_heads, stem=stem)
+    return dict(shape, mlp_ratio=2.0, pool="mean", **kw)
 
 
 def _fit(epochs: int, lr: float, warmup_epochs: float = 0, **options) -> FitSettings:
-    """A preset's fit: DeiT's weight decay (0.05) and label smoothing (0.1)."""
-    return FitSettings(
-        epochs, lr, weight_decay=0.05, warmup_epochs=warmup_epochs, label_smoothing=0.1, **options
-    )
+    """A preset's fit: DeiT's weight decay (0.05, the default) and label smoothing (0.1)."""
+    return FitSettings(epochs, lr, warmup_epochs=warmup_epochs, label_smoothing=0.1, **options)
 
 
 #: The presets. ``digits`` (the default for ``--dataset digits``) is the hybrid ViT of the
@@ -120,11 +116,10 @@ def train_recipe(
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
     recipe = RECIPES[preset]
-    overrides = {k: v for k, v in {"epochs": epochs, "lr": lr}.items() if v is not None}
-    if overrides:
-        recipe = dataclasses.replace(recipe, fit=dataclasses.replace(recipe.fit, **overrides))
-    if batch_size is not None:
-        recipe = dataclasses.replace(recipe, batch_size=batch_size)
+    given = {k: v for k, v in {"epochs": epochs, "lr": lr}.items() if v is not None}
+    batch_size = recipe.batch_size if batch_size is None else batch_size
+    settings = dataclasses.replace(recipe.fit, **given)
+    recipe = dataclasses.replace(recipe, fit=settings, batch_size=batch_size)
     data = recipe_datasets(recipe, seed, data_root)
     torch.manual_seed(seed)  # the same initial weights on every rank
     shape = dict(image_size=data.image_size, in_channels=data.in_channels)

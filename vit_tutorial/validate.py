@@ -39,9 +39,8 @@ def check_real(
     low_open: bool = False,
     high_open: bool = False,
 ) -> float:
-    """``value`` as a finite float in the interval from ``low`` to ``high``.
-
-    ``low_open``/``high_open`` exclude the bound. NaN and infinities are refused.
+    """``value`` as a finite float (NaN and infinities are refused) in the interval from ``low``
+    to ``high``, ``low_open``/``high_open`` excluding the bound.
 
     Example:
         >>> check_real("dropout", 1.0, 0.0, 1.0, high_open=True)

@@ -30,14 +30,10 @@ def cifar10_datasets(
 
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
-        download: download the data when it is missing.
+        download: download the data when it is missing (else a ``RuntimeError``); without
+            a server reachable within ``timeout`` seconds, a ``ConnectionError``.
         seed: seed of the training loader's shuffling.
         batch_size: training batch size per process (test batches are twice as large).
-        timeout: seconds to wait for the download server before giving up.
-
-    Raises:
-        RuntimeError: the data is missing and ``download`` is false.
-        ConnectionError: the data is missing and the server cannot be reached.
     """
     from torchvision import datasets, transforms
 
@@ -58,17 +54,9 @@ def cifar10_datasets(
     flip_crop = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
     train = datasets.CIFAR10(root, train=True, transform=transforms.Compose([*flip_crop, *end]))
     test = datasets.CIFAR10(root, train=False, transform=transforms.Compose(end))
-    return DataSplits(
-        train=train,
-        test=test,
-        train_loader=make_loader(
-            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, drop_last=True
-        ),
-        test_loader=make_loader(test, 2 * batch_size, shuffle=False, num_workers=num_workers),
-        image_size=32,
-        in_channels=3,
-        num_classes=10,
-        classes=list(train.classes),
-        mean=CIFAR10_MEAN,
-        std=CIFAR10_STD,
+    train_loader = make_loader(
+        train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, drop_last=True
     )
+    test_loader = make_loader(test, 2 * batch_size, shuffle=False, num_workers=num_workers)
+    about = dict(image_size=32, in_channels=3, num_classes=10, mean=CIFAR10_MEAN, std=CIFAR10_STD)
+    return DataSplits(train, test, train_loader, test_loader, classes=list(train.classes), **about)

@@ -61,18 +61,12 @@ def make_loader(
     drop_last: bool = False,
     collate_fn: Callable | None = None,
 ) -> DataLoader:
-    """A DataLoader whose order depends only on ``(seed, epoch)``.
-
-    With ``shuffle=True`` the loader uses a :class:`~torch.utils.data.DistributedSampler`
-    over the current process group (one replica when there is none). Call
-    ``loader.sampler.set_epoch(epoch)`` before each epoch (``fit`` does) to get that
-    epoch's permutation; each process then reads its own shard.
-
-    Args:
-        dataset: any map-style dataset.
-        batch_size: samples per batch and per process.
-        shuffle: shuffle (training) or keep the order (evaluation, never sharded).
-        collate_fn: how samples become a batch (default: stacked).
+    """A DataLoader whose order depends only on ``(seed, epoch)``, ``batch_size`` samples per
+    batch and per process. ``shuffle=True`` (training) samples with a
+    :class:`~torch.utils.data.DistributedSampler` over the current process group (one replica when
+    there is none): ``loader.sampler.set_epoch(epoch)`` before each epoch (``fit`` does it) gives
+    that epoch's permutation, each process reading its own shard. ``shuffle=False`` (evaluation)
+    keeps the order, never sharded. ``collate_fn`` makes samples a batch (default: stacked).
 
     Example:
         >>> from torch.utils.data import TensorDataset
@@ -90,14 +84,9 @@ def make_loader(
         distributed = dist.is_available() and dist.is_initialized()
         replicas, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         sampler = DistributedSampler(dataset, replicas, rank, seed=seed, drop_last=drop_last)
+    workers = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
     return DataLoader(
-        dataset,
-        batch_size,
-        sampler=sampler,
-        num_workers=num_workers,
-        drop_last=drop_last,
-        persistent_workers=num_workers > 0,
-        collate_fn=collate_fn,
+        dataset, batch_size, sampler=sampler, drop_last=drop_last, collate_fn=collate_fn, **workers
     )
 
 
@@ -125,8 +114,7 @@ class ImageTensors(Dataset):
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
         self.images, self.labels, self.transform = images, labels, transform
-        self.mean = torch.tensor(mean).view(-1, 1, 1)
-        self.std = torch.tensor(std).view(-1, 1, 1)
+        self.mean, self.std = (torch.tensor(stat).view(-1, 1, 1) for stat in (mean, std))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -141,10 +129,8 @@ class ImageTensors(Dataset):
 
 
 def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
-    """``size`` indices into ``labels`` with each class in proportion, in a seeded order.
-
-    For one ``seed``, a smaller ``size`` picks a subset of what a larger one picks (nested
-    training sets).
+    """``size`` indices into ``labels`` with each class in proportion, in a seeded order: for one
+    ``seed``, a smaller ``size`` picks a subset of what a larger one picks (nested training sets).
 
     Example:
         >>> labels = torch.arange(10).repeat(100)  # 10 classes of 100
@@ -182,12 +168,9 @@ def download_within(
     timeout: float, url: str, download: Callable[[], object], missing: str, advice: str
 ) -> None:
     """Run ``download`` (of ``url``) with a ``timeout`` on every socket, once ``url``'s host
-    has answered within ``timeout`` seconds; a stalled download fails instead of hanging.
-
-    Raises:
-        ConnectionError: "``missing`` and <host> cannot be reached (<error>). ``advice``",
-            before anything is written.
-    """
+    has answered within ``timeout`` seconds, so that a stalled download fails instead of hanging;
+    else a ``ConnectionError`` "``missing`` and <host> cannot be reached (<error>). ``advice``",
+    before anything is written."""
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:

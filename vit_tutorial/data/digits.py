@@ -13,13 +13,10 @@ __all__ = ["digits_datasets"]
 def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 0.2) -> DataSplits:
     """scikit-learn's handwritten digits: 1,797 real 8×8 grey images of 0-9, no download.
 
-    The split is stratified 80/20 with ``random_state=0`` whatever ``seed`` is, so every
-    run and every seed is tested on the same 360 images. Pixels (0-16) are normalised with
-    the mean and standard deviation of the training pixels.
-
-    Args:
-        seed: seed of the training loader's shuffling.
-        test_fraction: share of the images held out for testing.
+    The split holds out ``test_fraction`` of the images (20 % by default), stratified, with
+    ``random_state=0`` whatever ``seed`` (the training loader's shuffling) is, so every run and
+    every seed is tested on the same 360 images. Pixels (0-16) are normalised with the mean and
+    standard deviation of the training pixels.
 
     Example:
         >>> data = digits_datasets()
@@ -34,26 +31,14 @@ def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)  # (B, 1, 8, 8)
     labels = torch.tensor(digits.target, dtype=torch.long)
-    train_idx, test_idx = train_test_split(
-        torch.arange(len(labels)).numpy(),
-        test_size=test_fraction,
-        stratify=labels.numpy(),
-        random_state=0,
-    )
-    train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
+    ids = torch.arange(len(labels)).numpy()
+    split = train_test_split(ids, test_size=test_fraction, stratify=labels.numpy(), random_state=0)
+    train_idx, test_idx = map(torch.from_numpy, split)
     mean, std = images[train_idx].mean().item(), images[train_idx].std().item()
     images = (images - mean) / std
     train = TensorDataset(images[train_idx], labels[train_idx])
     test = TensorDataset(images[test_idx], labels[test_idx])
-    return DataSplits(
-        train=train,
-        test=test,
-        train_loader=make_loader(train, batch_size, shuffle=True, seed=seed),
-        test_loader=make_loader(test, 512, shuffle=False),
-        image_size=8,
-        in_channels=1,
-        num_classes=10,
-        classes=[str(d) for d in range(10)],
-        mean=(mean,),
-        std=(std,),
-    )
+    train_loader = make_loader(train, batch_size, shuffle=True, seed=seed)
+    test_loader = make_loader(test, 512, shuffle=False)
+    about = dict(image_size=8, in_channels=1, num_classes=10, mean=(mean,), std=(std,))
+    return DataSplits(train, test, train_loader, test_loader, classes=list("0123456789"), **about)

@@ -3,11 +3,11 @@ four original IDX files where they lie, downloaded by torchvision only when they
 
 from __future__ import annotations
 
+import functools
 import gzip
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,30 +119,26 @@ def fashion_mnist_datasets(
     download: bool = True,
     timeout: float = 10.0,
 ) -> DataSplits:
-    """Fashion-MNIST: 60,000 training and 10,000 test 28×28 grey images of 10 kinds of clothing.
+    """Fashion-MNIST: 60,000 training and 10,000 test 28×28 grey images of 10 kinds of clothing,
+    as :class:`~vit_tutorial.data.DataSplits` with ``val``, normalised by ``FASHION_MNIST_*``.
 
     The files come from ``root/FashionMNIST/raw`` (where torchvision puts them), else the
     ``.gz`` files of Debian's ``dataset-fashion-mnist`` (:data:`FASHION_MNIST_DEBIAN_DIR`),
     else torchvision downloads them into ``root`` (without internet a clear error comes within
     ``timeout`` seconds); each is checked whole. ``val_size`` training images (500 per class by
-    default) are held out for validation, always the same ones; ``train_size`` keeps a
-    class-balanced subset of the rest, nested across sizes. The test set is the official
-    10,000 images. ``seed`` only shuffles the training loader.
+    default, 0 for no validation split) are held out for validation, always the same ones;
+    ``train_size`` keeps a class-balanced subset of the rest (``None``: all of it), nested across
+    sizes. The test set is the official 10,000 images. ``seed`` only shuffles the training loader.
 
     Args:
         root: folder of the data (default :func:`~vit_tutorial.data.data_root`:
             ``$VIT_TUTORIAL_DATA`` or ``~/.cache/vit_tutorial``).
-        train_size: training images to keep, or ``None`` for all that remain.
-        val_size: training images held out for validation (0: no validation split).
         train_transform: a ``transforms.v2`` pipeline for each training image (a ``uint8``
             tensor ``(1, 28, 28)``); validation and test images are never augmented.
         batch_transform: applied to each collated training batch ``(images, labels)``,
             e.g. ``v2.RandomChoice([v2.MixUp(...), v2.CutMix(...)])``.
         batch_size: training batch size per process.
         download: download the files when they are in neither place.
-
-    Returns:
-        :class:`~vit_tutorial.data.DataSplits` with ``val``, normalised by ``FASHION_MNIST_*``.
 
     Raises:
         ValueError: ``train_size`` or ``val_size`` out of range; a file is corrupt.
@@ -151,19 +147,14 @@ def fashion_mnist_datasets(
     """
     train, val, test = _datasets(data_root(root), download, timeout, train_size, val_size)
     train.transform = train_transform
-    collate = _BatchTransform(batch_transform) if batch_transform else None
-    return DataSplits(
-        train=train,
-        test=test,
-        train_loader=make_loader(
-            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, collate_fn=collate
-        ),
-        test_loader=make_loader(test, 1000, shuffle=False, num_workers=num_workers),
-        val=val,
-        val_loader=make_loader(val, 1000, shuffle=False) if val is not None else None,
-        classes=list(CLASSES),
-        **ABOUT,
+    collate = functools.partial(_collate_then, batch_transform) if batch_transform else None
+    train_loader = make_loader(
+        train, batch_size, shuffle=True, seed=seed, num_workers=num_workers, collate_fn=collate
     )
+    test_loader = make_loader(test, 1000, shuffle=False, num_workers=num_workers)
+    val_loader = make_loader(val, 1000, shuffle=False) if val is not None else None
+    fields = dict(val=val, val_loader=val_loader, classes=list(CLASSES), **ABOUT)
+    return DataSplits(train, test, train_loader, test_loader, **fields)
 
 
 def _datasets(
@@ -194,11 +185,6 @@ def _datasets(
     return train, val, ImageTensors(test_images, test_labels, **stats)
 
 
-@dataclass
-class _BatchTransform:
+def _collate_then(transform: Callable, batch: list) -> Any:
     """A loader's ``collate_fn``: the default collation, then ``transform(images, labels)``."""
-
-    transform: Callable
-
-    def __call__(self, batch: list) -> Any:
-        return self.transform(*default_collate(batch))
+    return transform(*default_collate(batch))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Subset
 
 from vit_tutorial.data.core import DataSplits, make_loader, stratified_indices
 from vit_tutorial.validate import check_bool, check_int, check_real
@@ -60,25 +60,9 @@ def _image_folder(path: str | os.PathLike, what: str, transform: Any) -> Any:
         raise ValueError(f"{what} {path}: {error}") from error
 
 
-def _train_and_held_out(
-    train_dir: str | os.PathLike,
-    val_dir: str | os.PathLike | None,
-    transforms: tuple[Any, Any],
-    val_fraction: float,
-    seed: int,
-) -> tuple[Dataset, Dataset, list[str]]:
-    """The training and held-out datasets, and the classes: ``val_dir``'s images, or a seeded
-    split of ``train_dir``'s with each class in proportion."""
-    train_tf, eval_tf = transforms
-    train = _image_folder(train_dir, "train_dir", train_tf)
-    if val_dir is not None:
-        held_out = _image_folder(val_dir, "val_dir", eval_tf)
-        if held_out.classes != train.classes:
-            raise ValueError(
-                f"val_dir {val_dir} has classes {held_out.classes}, train_dir {train_dir} has "
-                f"{train.classes}: the class folders must be the same"
-            )
-        return train, held_out, list(train.classes)
+def _split(train: Any, eval_tf: Any, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
+    """The training images of ``train`` (an ``ImageFolder``) and the held-out ones, read again
+    with ``eval_tf``: a seeded split, ``val_fraction`` of each class held out."""
     labels = torch.tensor(train.targets)
     size = round(val_fraction * len(labels))
     if not 0 < size < len(labels):
@@ -89,8 +73,8 @@ def _train_and_held_out(
     held_out_idx = stratified_indices(labels, size, seed=seed)
     train_idx = torch.arange(len(labels))
     train_idx = train_idx[~torch.isin(train_idx, held_out_idx)].tolist()  # the rest, in order
-    held_out = _image_folder(train_dir, "train_dir", eval_tf)  # the same files, in order
-    return Subset(train, train_idx), Subset(held_out, held_out_idx.tolist()), list(train.classes)
+    held_out = _image_folder(train.root, "train_dir", eval_tf)  # the same files, in order
+    return Subset(train, train_idx), Subset(held_out, held_out_idx.tolist())
 
 
 def image_folder_datasets(
@@ -109,10 +93,10 @@ def image_folder_datasets(
     """Your own images, one sub-folder per class, as :class:`~vit_tutorial.data.DataSplits`.
 
     Read by ``torchvision.datasets.ImageFolder`` (as RGB). Training images: a random crop
-    (:data:`CROP_SCALE` of the area) resized to ``image_size``, a random flip; held-out ones
-    (and all with ``augment=False``): resized to ``image_size / 0.875``, centre-cropped; then
-    scaled to 0-1 and normalised. The held-out images (``val_dir``'s, or ``val_fraction`` of
-    each class) are the ``test`` split, which :func:`~vit_tutorial.finetune.finetune` scores.
+    (:data:`CROP_SCALE` of the area) resized to ``image_size``, a random flip; held-out ones (and
+    all with ``augment=False``): resized to ``image_size / 0.875``, centre-cropped; then scaled to
+    0-1 and normalised. The held-out images (``val_dir``'s, or ``val_fraction`` of each class)
+    are the ``test`` split, which :func:`~vit_tutorial.finetune.finetune` scores.
 
     Args:
         train_dir: the training images, ``train_dir/<class>/<image>``.
@@ -133,21 +117,20 @@ def image_folder_datasets(
     check_int("image_size", image_size), check_int("batch_size", batch_size)
     check_int("num_workers", num_workers, minimum=0), check_bool("augment", augment)
     check_real("val_fraction", val_fraction, 0.0, 1.0, low_open=True, high_open=True)
-    pipelines = _image_transforms(image_size, tuple(mean), tuple(std), augment)
-    train, held_out, classes = _train_and_held_out(
-        train_dir, val_dir, pipelines, val_fraction, seed
-    )
-    return DataSplits(
-        train=train,
-        test=held_out,
-        train_loader=make_loader(
-            train, batch_size, shuffle=True, seed=seed, num_workers=num_workers
-        ),
-        test_loader=make_loader(held_out, batch_size, shuffle=False, num_workers=num_workers),
-        image_size=image_size,
-        in_channels=3,
-        num_classes=len(classes),
-        classes=classes,
-        mean=tuple(mean),
-        std=tuple(std),
-    )
+    mean, std = tuple(mean), tuple(std)
+    train_tf, eval_tf = _image_transforms(image_size, mean, std, augment)
+    train = _image_folder(train_dir, "train_dir", train_tf)
+    classes = list(train.classes)
+    if val_dir is None:
+        train, held_out = _split(train, eval_tf, val_fraction, seed)
+    else:
+        held_out = _image_folder(val_dir, "val_dir", eval_tf)
+        if held_out.classes != classes:
+            raise ValueError(
+                f"val_dir {val_dir} has classes {held_out.classes}, train_dir {train_dir} has "
+                f"{classes}: the class folders must be the same"
+            )
+    train_loader = make_loader(train, batch_size, shuffle=True, seed=seed, num_workers=num_workers)
+    test_loader = make_loader(held_out, batch_size, shuffle=False, num_workers=num_workers)
+    about = dict(image_size=image_size, in_channels=3, num_classes=len(classes), mean=mean, std=std)
+    return DataSplits(train, held_out, train_loader, test_loader, classes=classes, **about)
