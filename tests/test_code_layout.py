@@ -19,10 +19,10 @@ MAX_FUNCTION_LINES = 60
 #: ``train_one_epoch`` does, rather than as fourteen pieces passing a private state around.
 LONGER = {("engine.py", "fit"): 120}  # about 40 of them its docstring
 MAX_MODULE_LINES = 400
-#: The core package (every module but the exercise checkers), experiments included. The
-#: goal is 5,500 lines; the re-cut of the training half (issue 23) reached 6,500, and this
-#: cap keeps it from growing while the model half is made shorter.
-MAX_CORE_LINES = 6500
+#: The core package (every module but the exercise checkers), experiments included: 6,623
+#: lines before the re-cut of issue 23, 5,346 after it. The checks of issue 24 fit under the
+#: same cap; from issue 25 on, the experiments may grow with the chapters' new runs.
+MAX_CORE_LINES = 5500
 #: Modules that define layers and models: they know nothing of how they are trained.
 MODEL_MODULES = ["attention", "patches", "positional", "encoder", "vit", "axial", "interop", "mae"]
 
