@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from timm.optim import param_groups_weight_decay
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 import vit_tutorial.engine as engine
 from vit_tutorial.checkpoint import read_checkpoint
@@ -250,18 +250,55 @@ def test_fit_reports_warmup_in_epochs_not_steps():
 
 
 def test_fit_rejects_an_empty_train_loader():
-    empty = make_loader(blobs(8), 16, shuffle=True, drop_last=True)
+    empty = DataLoader(blobs(8), 16, drop_last=True)  # make_loader refuses to build it
     with pytest.raises(ValueError, match="train_loader yields no batches"):
         fit(tiny_vit(), empty, None, **ARGS)
+
+
+def test_fit_rejects_an_empty_val_loader_before_training():
+    empty = DataLoader(blobs(8), 16, drop_last=True)
+    train = Crash(loaders()[0], after=0)  # training would raise "simulated crash"
+    with pytest.raises(ValueError, match="val_loader yields no batches"):
+        fit(tiny_vit(), train, empty, **ARGS)
+
+
+@pytest.mark.parametrize("where", ["file/run.pt", "file/sub/run.pt", "folder"])
+def test_fit_refuses_a_checkpoint_path_it_could_not_write_before_training(tmp_path, where):
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "folder").mkdir()
+    train = Crash(loaders()[0], after=0)
+    expected = "inside .*file', a file" if where.startswith("file") else "a folder"
+    with pytest.raises(ValueError, match=f"checkpoint_path must name a file, got .*{expected}"):
+        fit(tiny_vit(), train, None, **ARGS, checkpoint_path=tmp_path / where)
+    fit(
+        tiny_vit(),
+        loaders()[0],
+        None,
+        **{**ARGS, "epochs": 1},
+        checkpoint_path=tmp_path / "new/a.pt",
+    )
+    assert (tmp_path / "new/a.pt").is_file()  # a missing folder is made
+
+
+def test_fit_progress_must_be_a_bool():
+    with pytest.raises(TypeError, match="progress must be True or False, got 'yes'"):
+        fit(tiny_vit(), loaders()[0], None, **{**ARGS, "progress": "yes"})
+
+
+def test_fit_refuses_settings_of_another_kind_and_an_extra_it_could_not_save(tmp_path):
+    model = tiny_vit()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(TypeError, match="settings must be a FitSettings, got dict"):
+        fit(model, loaders()[0], None, {"epochs": 1, "lr": 1e-3})
+    with pytest.raises(TypeError, match=r"extra\['when'\] is a object"):
+        fit(model, loaders()[0], None, **ARGS, extra={"when": object()})
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing trained
 
 
 def test_evaluate_and_predict_refuse_an_empty_loader():
     nothing = TensorDataset(torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
     model = tiny_vit()
-    for loader in (
-        make_loader(nothing, 16, shuffle=False),
-        make_loader(blobs(8), 16, shuffle=True, drop_last=True),
-    ):
+    for loader in (DataLoader(nothing, 16), DataLoader(blobs(8), 16, drop_last=True)):
         with pytest.raises(ValueError, match="loader yields no batches"):
             evaluate(model, loader)
         with pytest.raises(ValueError, match="loader yields no batches"):
@@ -442,6 +479,49 @@ class Constant(nn.Module):
 
     def forward(self, x):
         return F.one_hot(torch.full((len(x),), self.label), 3).float()
+
+
+def one_step_fit(model, images, labels, loss=None):
+    """fit one batch; the model's weights are compared before and after by the caller."""
+    loader = DataLoader(TensorDataset(images, labels), batch_size=len(images))
+    return fit(model, loader, None, epochs=1, lr=1e-2, progress=False, loss=loss)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (torch.tensor([0, 1, 3, 2]), r"label 3 is not among the 3 classes \(0 to 2\)"),
+        (torch.tensor([0, -1, 2, 2]), r"label -1 is not among the 3 classes"),
+        (torch.tensor([[0.5, 0.5, 0.0, 0.0]]).repeat(4, 1), r"\(B, 3\) for 3 classes.*\(4, 4\)"),
+        (
+            torch.tensor([[1.5, -0.5, 0.0]]).repeat(4, 1),
+            r"finite and >= 0, got \(4, 3\) with minimum -0.5",
+        ),
+        (torch.tensor([[math.nan, 1.0, 0.0]]).repeat(4, 1), "with minimum nan"),
+        (torch.zeros(4), r"soft labels must be \(B, 3\).*got \(4,\)"),
+    ],
+)
+def test_fit_refuses_labels_the_model_cannot_have_before_the_optimiser_steps(labels, message):
+    images = torch.randn(4, 1, 4, 4)
+    for model, loss in [(tiny_vit(), None), (TwoHeads(), HardDistillation(Constant(0)))]:
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with pytest.raises(ValueError, match=message):
+            one_step_fit(model, images, labels, loss)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_evaluate_refuses_a_label_beyond_the_classes():
+    loader = DataLoader(TensorDataset(torch.randn(4, 1, 4, 4), torch.tensor([0, 1, 2, 7])), 4)
+    with pytest.raises(ValueError, match="label 7 is not among the 3 classes"):
+        evaluate(tiny_vit(), loader, "cpu")
+
+
+def test_a_loss_without_logits_refuses_a_val_loader_at_the_first_batch():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match="no logits for val_loader to score"):
+        fit(model, *loaders(), **ARGS, loss=lambda out, x, y: (out.pow(2).mean(), None))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
 def test_distillation_loss_is_the_mean_of_the_two_heads_cross_entropies():

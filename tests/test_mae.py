@@ -8,13 +8,14 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+import vit_tutorial.mae as mae_module
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import FitSettings, fit
 from vit_tutorial.losses import mae_loss, masked_patch_loss
-from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
+from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, num_visible, random_masking
 from vit_tutorial.vit import VisionTransformer
 
-from tiny_models import Crash
+from tiny_models import Crash, tiny_vit
 
 SMALL = dict(image_size=16, patch_size=4, in_channels=1, dim=16, depth=2, num_heads=2)
 DECODER = dict(decoder_dim=8, decoder_depth=1, decoder_heads=2)
@@ -231,12 +232,35 @@ def test_pretraining_resumes_from_its_checkpoint_to_the_same_weights(tmp_path):
         (dict(decoder_depth=0), ValueError, "decoder_depth must be at least 1"),
         (dict(decoder_heads=2.0), TypeError, "decoder_heads must be an integer"),
         (dict(mask_ratio=1.0), ValueError, "mask_ratio must be in"),
+        (dict(mask_ratio=0.0), ValueError, "mask_ratio=0.0 hides none of the 16 patches"),
+        (dict(mask_ratio=0.02), ValueError, "mask_ratio=0.02 hides none of the 16 patches"),
+        (dict(mask_ratio=0.97), ValueError, "mask_ratio=0.97 hides all 16 tokens"),
+        (dict(mask_ratio="0.5"), TypeError, "mask_ratio must be a real number"),
+        (dict(patch_size=1, dim=16), ValueError, "norm_pix_loss needs 2\\+ values a patch"),
         (dict(norm_pix_loss=1), TypeError, "norm_pix_loss must be True or False"),
     ],
 )
 def test_bad_configurations_are_refused(kwargs, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(").replace("[", r"\[")):
         small_mae(**kwargs)
+
+
+def test_one_count_of_the_kept_patches_moves_every_refusal(monkeypatch):
+    assert [num_visible(16, r) for r in (0.0, 0.5, 0.75, 0.9)] == [16, 8, 4, 2]
+    with pytest.raises(ValueError, match="mask_ratio=0.97 hides all 16 tokens"):
+        num_visible(16, 0.97)
+    small_mae(mask_ratio=0.05)  # round(16 · 0.05) = 1 patch hidden
+    monkeypatch.setattr(mae_module, "num_visible", lambda n, ratio: n - math.floor(n * ratio))
+    assert random_masking(torch.zeros(1, 10, 2), 0.75)[0].shape[1] == 3  # round would keep 2
+    with pytest.raises(ValueError, match="mask_ratio=0.05 hides none of the 16 patches"):
+        small_mae(mask_ratio=0.05)  # floor(0.8) = 0 hidden
+
+
+def test_ratio_zero_masking_and_one_pixel_patches_without_normalisation_are_fine():
+    visible, mask, _ = random_masking(torch.randn(2, 5, 3), 0.0)
+    assert visible.shape == (2, 5, 3) and not mask.any()
+    assert small_mae(patch_size=1, norm_pix_loss=False)(torch.randn(2, 1, 16, 16)).loss.isfinite()
+    assert small_mae(patch_size=1, in_channels=3)(torch.randn(2, 3, 16, 16)).loss.isfinite()
 
 
 def test_bad_inputs_are_refused():
@@ -248,6 +272,30 @@ def test_bad_inputs_are_refused():
         masked_patch_loss(torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="these fields changed"):
         small_mae().to_vit(10, depth=3)
+    with pytest.raises(ValueError, match="mask hides no patch"):
+        masked_patch_loss(torch.zeros(2, 5, 3), torch.ones(2, 5, 3), torch.zeros(2, 5))
+    for pos_embed in ("relative", "none"):
+        message = f"pos_embed must be 'learned' or 'sincos2d' to fine-tune, got '{pos_embed}'"
+        with pytest.raises(ValueError, match=message):
+            small_mae().to_vit(3, pos_embed=pos_embed)
+
+
+def test_pretraining_mistakes_are_refused_before_the_optimiser_steps():
+    loader = DataLoader(TensorDataset(mirrored_images(), torch.zeros(64)), batch_size=16)
+    args = dict(loss=mae_loss, device="cpu", progress=False)
+    mae, vit = small_mae(), tiny_vit()
+    weights = [{k: v.clone() for k, v in m.state_dict().items()} for m in (mae, vit)]
+    with pytest.raises(ValueError, match="amp must be 'auto', 'bf16', 'fp16' or None, got 'yes'"):
+        fit(mae, Crash(loader, after=0), None, MAE_FIT, **args, amp="yes")
+    with pytest.raises(ValueError, match="train_loader yields no batches"):
+        fit(mae, DataLoader(TensorDataset(torch.zeros(0, 1, 16, 16)), 4), None, MAE_FIT, **args)
+    with pytest.raises(ValueError, match="no logits for val_loader to score"):
+        fit(mae, loader, loader, MAE_FIT, **args)
+    images = DataLoader(TensorDataset(torch.randn(8, 1, 4, 4), torch.zeros(8)), batch_size=4)
+    with pytest.raises(TypeError, match="mae_loss needs MaskedAutoencoder outputs, got Tensor"):
+        fit(vit, images, None, MAE_FIT, **args)
+    for model, before in zip((mae, vit), weights):
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_pretraining_through_fit_is_bit_identical_to_the_loop_it_replaced():

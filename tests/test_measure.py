@@ -1,5 +1,8 @@
 """vit_tutorial.measure: interleaved timing, the ratio to the best other, MFU, median time."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -87,6 +90,11 @@ def test_ratio_to_best_is_not_biased_by_the_noise_of_the_others():
         ({"ours": [1.0]}, "ours", "nothing to compare 'ours' with"),
         ({"ours": [1.0], "a": [1.0, 2.0]}, "ours", "the same number"),
         ({"ours": [], "a": []}, "ours", "the same number"),
+        ({"ours": [1.0], "a": [-2.0]}, "ours", r"times\['a'\] must be a number > 0 .*got -2.0"),
+        ({"ours": [0.0], "a": [1.0]}, "ours", r"times\['ours'\] must be .*got 0.0"),
+        ({"ours": [1.0], "a": [math.inf]}, "ours", r"times\['a'\] .* finite, got inf"),
+        ({"ours": [math.nan], "a": [1.0]}, "ours", "got nan"),
+        ({"ours": ["1"], "a": [1.0]}, "ours", "got '1'"),
     ],
 )
 def test_ratio_to_best_refuses_what_it_cannot_compare(times, ours, message):
@@ -98,7 +106,7 @@ def test_model_flops_utilization_is_achieved_over_peak():
     assert model_flops_utilization(flops=5e12, seconds=0.5, peak_flops=1e14) == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, True, "1", float("nan")])
+@pytest.mark.parametrize("bad", [0, -1.0, True, "1", math.nan, math.inf, np.float32(-1)])
 @pytest.mark.parametrize("name", ["flops", "seconds", "peak_flops"])
 def test_model_flops_utilization_refuses_non_positive_numbers(name, bad):
     kwargs = {"flops": 1e12, "seconds": 1.0, "peak_flops": 1e14, name: bad}
@@ -106,8 +114,23 @@ def test_model_flops_utilization_refuses_non_positive_numbers(name, bad):
         model_flops_utilization(**kwargs)
 
 
+def test_numpy_numbers_are_numbers():
+    assert model_flops_utilization(np.float32(5e12), np.float64(0.5), np.int64(10**14)) > 0
+    assert (
+        ratio_to_best({"ours": [np.float32(1.0)], "a": [np.float64(2.0)]}, "ours")["ratio"] == 0.5
+    )
+    assert len(interleaved_timings({"a": lambda: None}, np.int64(2), np.int32(0))["a"]) == 2
+    assert median_seconds(lambda: None, np.int64(2)) >= 0
+
+
 def test_median_seconds_and_peak_memory():
     assert median_seconds(lambda: None, repeats=3) >= 0
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         median_seconds(lambda: None, repeats=0)
+    with pytest.raises(TypeError, match="repeats must be an integer, got 2.0"):
+        median_seconds(lambda: None, repeats=2.0)
+    calls = []
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0, got -1"):
+        median_seconds(lambda: calls.append(1), warmup=-1)
+    assert not calls  # refused before anything ran
     assert peak_memory(lambda: torch.empty(256, 256)) >= 256 * 256 * 4

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from vit_tutorial.files import write_atomically
+from vit_tutorial.validate import check_int
 
-__all__ = ["unwrap_model", "save_checkpoint", "read_checkpoint", "load_checkpoint"]
+__all__ = ["unwrap_model", "plain", "save_checkpoint", "read_checkpoint", "load_checkpoint"]
 
 _KEYS = "model config optimizer scheduler scaler epoch history extra rng sha256".split()
 _EXPECTED = "a checkpoint written by vit_tutorial's save_checkpoint"
@@ -65,17 +67,17 @@ def save_checkpoint(
     state = {
         "model": unwrap_model(model).state_dict(),
         "config": _model_config(model),
-        **{key: None if obj is None else obj.state_dict() for key, obj in training.items()},
-        "epoch": epoch,
-        "history": _plain(history or {}, "history"),
-        "extra": _plain(extra or {}, "extra"),
+        **{k: None if obj is None else plain(obj.state_dict(), k) for k, obj in training.items()},
+        "epoch": check_int("epoch", epoch, 0),
+        "history": plain(history or {}, "history"),
+        "extra": plain(extra or {}, "extra"),
         "rng": {"cpu": torch.get_rng_state(), "cuda": cuda},
     }
     state["sha256"] = _sha256(state)
     write_atomically(path, lambda f: torch.save(state, f))
 
 
-def _plain(value: Any, where: str) -> Any:
+def plain(value: Any, where: str) -> Any:
     """``value`` with NumPy scalars as Python numbers; TypeError for what cannot be stored."""
     if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
         return value.item()  # np.float32(0.5) -> 0.5, np.array(3) -> 3
@@ -83,11 +85,11 @@ def _plain(value: Any, where: str) -> Any:
         return value
     if isinstance(value, dict):
         return {
-            _plain(key, f"{where} key {key!r}"): _plain(item, f"{where}[{key!r}]")
+            plain(key, f"{where} key {key!r}"): plain(item, f"{where}[{key!r}]")
             for key, item in value.items()
         }
     if type(value) in (list, tuple):
-        return type(value)(_plain(item, f"{where}[{i}]") for i, item in enumerate(value))
+        return type(value)(plain(item, f"{where}[{i}]") for i, item in enumerate(value))
     raise TypeError(
         f"{where} is a {type(value).__name__} ({value!r:.60}): a checkpoint holds "
         "only tensors, numbers, strings, None, and lists, tuples and dicts of them, "
@@ -134,9 +136,9 @@ def load_checkpoint(
 
     Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``, and
     a list is the tuple with the same items. A ``ValueError`` naming the file refuses one that
-    is empty, truncated, corrupted (its SHA-256 does not match), not a checkpoint of
-    :func:`save_checkpoint` (a plain state dict, say), or saved from a model with another
-    config (listing each differing field).
+    is empty, truncated, corrupted (its SHA-256 does not match), unsafe to unpickle, not a
+    checkpoint of :func:`save_checkpoint` (a plain state dict, say), or saved from a model with
+    another config (listing each differing field).
     """
     state = read_checkpoint(path)
     saved, current = state["config"], _model_config(model)
@@ -172,6 +174,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
+    except pickle.UnpicklingError:  # torch's text advises weights_only=False: never pass it on
+        raise ValueError(f"{path} does not load safely: it is not {_EXPECTED}") from None
     except Exception as error:  # garbage fails in many ways: OSError, EOFError, KeyError...
         raise ValueError(
             f"{path} cannot be read by torch.load(weights_only=True): it is "
@@ -184,7 +188,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         keys = ", ".join(repr(key) for key in list(state)[:2])
         raise ValueError(
             f"{path} is a plain state dict (keys {keys}, ...), not {_EXPECTED}: "
-            "load it with model.load_state_dict(torch.load(path))"
+            "load it with model.load_state_dict(torch.load(path, weights_only=True))"
         )
     if missing:
         raise ValueError(f"{path} lacks {sorted(missing)}: it is not {_EXPECTED}")

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 from torch.utils.data import DataLoader
 
-from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
-from vit_tutorial.losses import Classification
+from vit_tutorial.checkpoint import load_checkpoint, plain, save_checkpoint, unwrap_model
+from vit_tutorial.losses import Classification, cross_entropy
 from vit_tutorial.validate import check_bool, check_int, check_real
 
 __all__ = [
@@ -213,8 +213,20 @@ def evaluate(
     """Mean cross-entropy ``loss`` and ``accuracy`` (a fraction) of ``model`` on ``loader``;
     ValueError when ``loader`` yields no batches."""
     logits, labels = predict(model, loader, device, amp)
-    loss = nn.functional.cross_entropy(logits, labels).item()
+    loss = cross_entropy(logits, labels).item()
     return {"loss": loss, "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+
+
+def _check_fit_inputs(train_loader, val_loader, path) -> int:
+    """The batches an epoch, once what would fail only after training is refused."""
+    for name, loader in [("train_loader", train_loader), ("val_loader", val_loader)]:
+        if loader is not None and len(loader) == 0:
+            raise ValueError(f"{name} yields no batches {_EMPTY}")
+    file = path and next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+    if path is not None and (file or Path(path).is_dir()):
+        where = f"inside {str(file)!r}, a file" if file else "a folder"
+        raise ValueError(f"checkpoint_path must name a file, got {str(path)!r}, {where}")
+    return len(train_loader)
 
 
 def fit(
@@ -253,17 +265,18 @@ def fit(
         compile: train through ``torch.compile(model)``; checkpoints stay plain.
 
     Raises:
-        ValueError: an empty ``train_loader``, a checkpoint trained with other settings, or a
-            hyperparameter out of range (:class:`FitSettings`).
-        TypeError: both ``settings`` and keywords, or ``compile`` not a bool.
+        ValueError: an empty loader, a checkpoint path that is a folder or in a file, a checkpoint
+            trained with other settings, or a hyperparameter out of range (:class:`FitSettings`).
+        TypeError: both ``settings`` and keywords, or ``compile`` or ``progress`` not a bool.
     """
     if settings is None:
         settings = FitSettings(**hyperparameters)
     elif hyperparameters:
         raise TypeError(f"pass settings or their fields, not both: got {sorted(hyperparameters)}")
-    check_bool("compile", compile)
-    if (steps := len(train_loader)) == 0:
-        raise ValueError(f"train_loader yields no batches {_EMPTY}")
+    elif not isinstance(settings, FitSettings):
+        raise TypeError(f"settings must be a FitSettings, got {type(settings).__name__}")
+    check_bool("compile", compile), check_bool("progress", progress)
+    steps = _check_fit_inputs(train_loader, val_loader, checkpoint_path)
     loss = loss if loss is not None else Classification(settings.label_smoothing)
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
@@ -277,7 +290,8 @@ def fit(
     scheduler = warmup_cosine(optimizer, warmup, total)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     state = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
-    extra = {**(extra or {}), "settings": {**dataclasses.asdict(settings), "steps": steps}}
+    fitted = {**dataclasses.asdict(settings), "steps": steps}  # what a resume must match
+    extra = plain({**(extra or {}), "settings": fitted}, "extra")  # refused now, not at the save
     start, history = 0, {key: [] for key in HISTORY_KEYS}
     if checkpoint_path is not None and Path(checkpoint_path).exists():  # resume
         saved = load_checkpoint(checkpoint_path, model, **state)
@@ -305,6 +319,8 @@ def fit(
             lr = optimizer.param_groups[0]["lr"]  # the rate this step uses
             with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                 value, logits = loss(net(x), x, y)
+            if logits is None and val_loader is not None:  # evaluate would fail after the epoch
+                raise ValueError("the loss gives no logits for val_loader to score: pass None")
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(value).backward()
             if settings.grad_clip is not None:

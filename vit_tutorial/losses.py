@@ -22,7 +22,8 @@ __all__ = ["cross_entropy", "Classification", "HardDistillation", "masked_patch_
 
 def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy of ``logits (B, K)``, in float32, against class indices ``(B,)`` or
-    probabilities ``(B, K)`` (soft labels: Mixup, CutMix), with ``label_smoothing``.
+    probabilities ``(B, K)`` (soft labels: Mixup, CutMix), with ``label_smoothing``; ValueError
+    for a class outside ``0..K-1``, or soft labels of another width, negative or not finite.
 
     Example:
         >>> logits = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
@@ -31,6 +32,14 @@ def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0)
         >>> round(cross_entropy(logits, torch.tensor([[1.0, 0.0], [0.0, 1.0]])).item(), 4)
         0.1269
     """
+    k, soft = logits.shape[-1], targets.is_floating_point()
+    if soft and (targets.shape != logits.shape or not (targets.isfinite() & (targets >= 0)).all()):
+        raise ValueError(
+            f"soft labels must be (B, {k}) for {k} classes, finite and >= 0, got "
+            f"{tuple(targets.shape)} with minimum {targets.min().item():g}"
+        )
+    if not soft and len(bad := targets[(targets < 0) | (targets >= k)]):
+        raise ValueError(f"label {bad[0].item()} is not among the {k} classes (0 to {k - 1})")
     return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
 
 
@@ -95,6 +104,8 @@ def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
             f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must be equal "
             f"(B, N, L) tensors and mask {tuple(mask.shape)} their (B, N)"
         )
+    if not mask.any():
+        raise ValueError("the mask hides no patch: the loss over hidden patches is undefined")
     per_patch = (pred - target).pow(2).mean(dim=-1)  # (B, N)
     return (per_patch * mask).sum() / mask.sum()
 
@@ -102,4 +113,6 @@ def masked_patch_loss(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 def mae_loss(outputs: Any, images: Tensor, targets: Tensor) -> tuple[Tensor, None]:
     """A :class:`~vit_tutorial.mae.MaskedAutoencoder`'s loss, which its forward computed
     (:func:`masked_patch_loss`); the labels are not read, and no accuracy is reported."""
+    if not isinstance(getattr(outputs, "loss", None), Tensor):  # not an MAEOutput
+        raise TypeError(f"mae_loss needs MaskedAutoencoder outputs, got {type(outputs).__name__}")
     return outputs.loss, None

@@ -42,7 +42,7 @@ from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.validate import check_bool, check_int, check_real, trusted
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
-__all__ = ["MAEOutput", "MaskedAutoencoder", "normalized_patches", "random_masking"]
+__all__ = ["MAEOutput", "MaskedAutoencoder", "normalized_patches", "num_visible", "random_masking"]
 
 
 class MAEOutput(NamedTuple):
@@ -55,6 +55,14 @@ class MAEOutput(NamedTuple):
     mask: Tensor
 
 
+def num_visible(num_patches: int, mask_ratio: float) -> int:
+    """K = N - round(N · mask_ratio), the patches kept of N; ValueError when that is none."""
+    ratio = check_real("mask_ratio", mask_ratio, 0, 1, high_open=True)
+    if (keep := num_patches - round(num_patches * ratio)) < 1:
+        raise ValueError(f"mask_ratio={ratio} hides all {num_patches} tokens; keep at least one")
+    return keep
+
+
 def random_masking(
     tokens: Tensor, mask_ratio: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -62,7 +70,7 @@ def random_masking(
     ``(visible (B, K, D), mask (B, N), ids_restore (B, N))``.
 
     Each token of ``tokens`` ``(B, N, D)`` gets uniform noise from ``generator`` (default:
-    torch's global one); the ``K = N - round(N · mask_ratio)`` tokens with the smallest noise
+    torch's global one); the K (:func:`num_visible`) tokens with the smallest noise
     are kept, in that random order (``mask_ratio`` in ``[0, 1)``): every image keeps exactly K,
     so a batch's form one dense tensor. ``mask`` is in the original order, 1.0 = hidden;
     ``ids_restore`` is the permutation that puts ``[visible, hidden]`` back into that order.
@@ -77,11 +85,8 @@ def random_masking(
         if isinstance(tokens, Tensor):
             got = f"a {tokens.dim()}-D tensor of shape {tuple(tokens.shape)}"
         raise ValueError(f"tokens must be a (B, N, D) tensor, got {got}")
-    check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
     b, n, d = tokens.shape
-    keep = n - round(n * mask_ratio)
-    if keep < 1:
-        raise ValueError(f"mask_ratio={mask_ratio} hides all {n} tokens; keep at least one")
+    keep = num_visible(n, mask_ratio)
     noise = torch.rand(b, n, generator=generator, device=generator and generator.device)
     ids_shuffle = noise.to(tokens.device).argsort(dim=1)  # ascending: kept ones first
     ids_restore = ids_shuffle.argsort(dim=1)
@@ -97,6 +102,11 @@ def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Te
     patches = image_to_patches(images, patch_size)
     mean = patches.mean(dim=-1, keepdim=True)
     return (patches - mean) / (patches.var(dim=-1, keepdim=True) + eps).sqrt()
+
+
+def _check_pos_embed(value: object) -> None:
+    if value not in ("learned", "sincos2d"):
+        raise ValueError(f"pos_embed must be 'learned' or 'sincos2d' to fine-tune, got {value!r}")
 
 
 class MaskedAutoencoder(nn.Module):
@@ -143,11 +153,7 @@ class MaskedAutoencoder(nn.Module):
             raise ValueError(
                 f"MAE needs stem='patch' (a convolutional stem sees hidden pixels), got {c.stem!r}"
             )
-        if c.pos_embed not in ("learned", "sincos2d"):
-            raise ValueError(
-                f"pos_embed must be 'learned' or 'sincos2d' for the ViT to fine-tune, got "
-                f"{c.pos_embed!r}"
-            )
+        _check_pos_embed(c.pos_embed)
         check_int("decoder_dim", decoder_dim), check_int("decoder_depth", decoder_depth)
         check_int("decoder_heads", decoder_heads)
         if decoder_dim % 4 or decoder_dim % decoder_heads:
@@ -155,10 +161,14 @@ class MaskedAutoencoder(nn.Module):
                 f"decoder_dim must be a multiple of 4 (the sine-cosine table) and of "
                 f"decoder_heads={decoder_heads}, got decoder_dim={decoder_dim}"
             )
-        self.mask_ratio = check_real("mask_ratio", mask_ratio, 0.0, 1.0, high_open=True)
         self.norm_pix_loss = check_bool("norm_pix_loss", norm_pix_loss)
         self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         grid, patch_pixels = self.patch_embed.grid_size, math.prod(self.patch_embed.patch_size)
+        if num_visible(n := math.prod(grid), mask_ratio) == n:
+            raise ValueError(f"mask_ratio={mask_ratio} hides none of the {n} patches; hide one")
+        if norm_pix_loss and patch_pixels * c.in_channels < 2:  # torch.var of one value: NaN
+            raise ValueError("norm_pix_loss needs 2+ values a patch: patch_size=1, in_channels=1")
+        self.mask_ratio = float(mask_ratio)
         self.register_buffer("pos_table", sinusoidal_2d(grid, c.dim)[None], persistent=False)
         self.encoder = trusted(Encoder, c.block, c.drop_path_rates())
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
@@ -240,6 +250,7 @@ class MaskedAutoencoder(nn.Module):
         pooled-feature ``fc_norm`` and the zero head (``num_classes``) are new. ``fields``: other
         :class:`~vit_tutorial.vit.ViTConfig` fields (``drop_path``, say), not architecture ones.
         """
+        _check_pos_embed(fields.get("pos_embed", self.config.pos_embed))
         vit = VisionTransformer(self.config, num_classes=num_classes, **fields)
         shape = ("image_size", "patch_size", "in_channels", "dim", "depth", "num_heads")
         changed = [

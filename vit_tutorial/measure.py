@@ -7,12 +7,16 @@ same work in rotating order, so that a slow spell of the machine hits them all a
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from numbers import Integral, Real
 
 import torch
+
+from vit_tutorial.validate import check_int
 
 __all__ = [
     "median_seconds",
@@ -47,9 +51,8 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
     """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs: the
     median ignores the occasional run slowed down by another process. To compare, run it under
     :func:`torch.inference_mode` with a fixed :func:`torch.set_num_threads`."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    return statistics.median(interleaved_timings({"fn": fn}, repeats, warmup)["fn"])
+    times = interleaved_timings({"fn": fn}, check_int("repeats", repeats), warmup)
+    return statistics.median(times["fn"])
 
 
 def interleaved_timings(
@@ -71,7 +74,7 @@ def interleaved_timings(
         {'a': 3, 'b': 3}
     """
     for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if not fns:
         raise ValueError("fns is empty: give at least one function to time")
@@ -111,6 +114,7 @@ def ratio_to_best(times: Mapping[str, list[float]], ours: str) -> dict[str, obje
     others = [name for name in times if name != ours]
     if not others:
         raise ValueError(f"nothing to compare {ours!r} with: time at least one other")
+    _positive([(f"times[{name!r}]", t) for name, seconds in times.items() for t in seconds])
     lengths = {len(seconds) for seconds in times.values()}
     if len(lengths) != 1 or 0 in lengths:
         raise ValueError(f"every name needs the same number (>= 1) of rounds, got {lengths}")
@@ -137,7 +141,11 @@ def model_flops_utilization(flops: float, seconds: float, peak_flops: float) -> 
         >>> round(model_flops_utilization(flops=4e12, seconds=0.01, peak_flops=989e12), 3)
         0.404
     """
-    for name, value in [("flops", flops), ("seconds", seconds), ("peak_flops", peak_flops)]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    _positive([("flops", flops), ("seconds", seconds), ("peak_flops", peak_flops)])
     return flops / seconds / peak_flops
+
+
+def _positive(pairs: list[tuple[str, object]]) -> None:
+    for name, value in pairs:
+        if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a number > 0 and finite, got {value!r}")

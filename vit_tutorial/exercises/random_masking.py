@@ -11,13 +11,14 @@ import torch
 from torch import Tensor
 
 from vit_tutorial.exercises._common import call_safely, checker, close, dtype_name, passed, shape_of
+from vit_tutorial.mae import num_visible
 
 __all__ = ["check_random_masking"]
 
 
 def _kept_count_hint(n: int, ratio: float, kept: int) -> str:
     """Why keeping ``kept`` of ``n`` tokens is wrong: the package keeps n - round(n·ratio)."""
-    hidden = round(n * ratio)
+    hidden = n - num_visible(n, ratio)
     others = {  # what a usual formula keeps, by its name
         "hiding int(N·mask_ratio)": n - int(n * ratio),
         "hiding math.ceil(N·mask_ratio)": n - math.ceil(n * ratio),
@@ -211,7 +212,7 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     ]
     for b, n, d, ratio, dtype in cases:
         tokens = torch.randn(b, n, d, dtype=dtype)
-        keep = n - round(n * ratio)
+        keep = num_visible(n, ratio)
         where = f"B={b} images, N={n} tokens, mask_ratio={ratio}"
         out = call_safely(fn, (tokens.clone(), ratio, torch.Generator().manual_seed(n)), where)
         visible, mask, ids_restore = _masking_output(out, b, n, d, keep, ratio, where)
