@@ -105,7 +105,8 @@ def _truncated(path, model):
     [
         (_truncated, "cannot be read by torch.load"),
         (lambda path, model: path.write_bytes(b""), "is empty"),
-        (lambda path, model: path.write_text("not a checkpoint"), "cannot be read by torch.load"),
+        (lambda path, model: path.write_text("not a checkpoint"), "does not load safely"),
+        (lambda path, model: torch.save({"a": datetime.date(2024, 1, 1)}, path), "does not load"),
         (
             lambda path, model: torch.save(model.state_dict(), path),
             r"is a plain state dict \(keys 'cls_token', .*\), not a checkpoint",
@@ -123,6 +124,29 @@ def test_unreadable_files_raise_value_error_naming_the_file(tmp_path, write, exp
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))} {expected}") as error:
         load_checkpoint(path, tiny_vit())
     assert "save_checkpoint" in str(error.value)  # what was expected
+    shown = f"{error.value} {error.value.__cause__}"  # the message, and the cause a traceback shows
+    assert "weights_only` set to `False" not in shown  # torch's advice to trust the file: never
+
+
+def test_a_plain_state_dict_is_refused_with_safe_advice(tmp_path):
+    torch.save(tiny_vit().state_dict(), tmp_path / "c.pt")
+    with pytest.raises(
+        ValueError, match=re.escape("load_state_dict(torch.load(path, weights_only")
+    ):
+        load_checkpoint(tmp_path / "c.pt", tiny_vit())
+
+
+@pytest.mark.parametrize("epoch", [np.int64(2), 2])
+def test_a_numpy_epoch_is_saved_as_an_int(tmp_path, epoch):
+    save_checkpoint(tmp_path / "c.pt", tiny_vit(), epoch=epoch)
+    assert type(load_checkpoint(tmp_path / "c.pt", tiny_vit())["epoch"]) is int
+
+
+@pytest.mark.parametrize("epoch, error", [(-1, ValueError), (1.5, TypeError), ("1", TypeError)])
+def test_a_bad_epoch_is_refused_before_writing(tmp_path, epoch, error):
+    with pytest.raises(error, match=f"epoch must be .*, got {epoch!r}"):
+        save_checkpoint(tmp_path / "c.pt", tiny_vit(), epoch=epoch)
+    assert os.listdir(tmp_path) == []
 
 
 def test_numpy_scalars_in_the_history_are_saved_as_python_numbers(tmp_path):

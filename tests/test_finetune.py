@@ -8,6 +8,7 @@ import dataclasses
 import math
 import sys
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -30,6 +31,7 @@ from vit_tutorial.finetune import (
     set_image_size,
 )
 from vit_tutorial.interop import max_abs_logit_difference
+from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.positional import resize_pos_embed
 from vit_tutorial.vit import VisionTransformer
 
@@ -113,7 +115,9 @@ def test_reading_a_checkpoint_source_does_not_restore_its_rng(tmp_path):
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("nope", "unknown source 'nope': expected 'torchvision:NAME'"),
+        ("nope", "nope does not exist: expected 'torchvision:NAME'"),
+        ("runs/p.pt", "runs/p.pt does not exist: expected .*'timm:NAME'.* or the path of a"),
+        ("mystery:x", "mystery:x does not exist"),
         ("torchvision:", "unknown source 'torchvision:'"),
         ("torchvision:resnet18", "unknown torchvision ViT 'resnet18'; expected one of ['vit_b_16'"),
         ("timm:vit_nope", "unknown timm model 'vit_nope'"),
@@ -130,8 +134,10 @@ def test_files_that_are_not_vit_checkpoints_are_value_errors_naming_them(tmp_pat
     garbage.write_bytes(b"not a checkpoint")
     torch.save(VisionTransformer(**SMALL).state_dict(), plain)
     save_checkpoint(linear, torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match=f"{garbage} cannot be read by torch.load"):
+    with pytest.raises(ValueError, match=f"{garbage} does not load safely: it is not a checkpoint"):
         load_pretrained(garbage)
+    with pytest.raises(ValueError, match=f"{tmp_path} is a folder: expected 'torchvision:NAME'"):
+        load_pretrained(tmp_path)
     with pytest.raises(ValueError, match=f"{plain} is a plain state dict"):
         load_pretrained(plain)
     with pytest.raises(ValueError, match=f"{linear} holds no VisionTransformer config"):
@@ -146,6 +152,34 @@ def test_a_corrupted_checkpoint_source_is_refused(tmp_path):
     torch.save(state, path)
     with pytest.raises(ValueError, match="is corrupted"):
         load_pretrained(path)
+
+
+def test_a_hostile_pickle_is_refused_without_torchs_advice(tmp_path):
+    torch.save({"model": perturbed}, tmp_path / "evil.pt")  # a function
+    with pytest.raises(ValueError, match=f"{tmp_path / 'evil.pt'} does not load safely") as error:
+        load_pretrained(tmp_path / "evil.pt")
+    assert "weights_only` set to `False" not in f"{error.value} {error.value.__cause__}"
+
+
+def test_the_hash_is_checked_before_the_stored_config_builds_a_model(tmp_path, monkeypatch):
+    path = tmp_path / "a.pt"
+    save_checkpoint(path, VisionTransformer(**SMALL))
+    state = torch.load(path, weights_only=True)
+    state["config"]["dim"] = 2**20  # a huge model, were it built
+    torch.save(state, path)
+    monkeypatch.setattr(VisionTransformer, "__init__", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(ValueError, match="is corrupted"):
+        load_pretrained(path)
+
+
+def test_a_masked_autoencoder_checkpoint_gives_its_encoder_as_to_vit_does(tmp_path):
+    mae = MaskedAutoencoder(**SMALL, pool="mean", decoder_dim=8, decoder_depth=2, decoder_heads=2)
+    perturbed(mae)
+    save_checkpoint(tmp_path / "mae.pt", mae, extra={"mean": MEAN, "std": STD})
+    model, mean, std = load_pretrained(tmp_path / "mae.pt")
+    expected = mae.to_vit(SMALL["num_classes"])
+    assert (mean, std) == (MEAN, STD) and model.config == expected.config
+    assert all(torch.equal(v, expected.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 def test_bad_argument_types_and_missing_timm(monkeypatch):
@@ -211,6 +245,8 @@ def test_replace_head_errors():
         replace_head(VisionTransformer(**SMALL), 0)
     with pytest.raises(TypeError, match="num_classes must be an integer, got 2.5"):
         replace_head(VisionTransformer(**SMALL), 2.5)
+    model = replace_head(VisionTransformer(**SMALL), np.int64(3))  # a NumPy integer is one
+    assert type(model.config.num_classes) is int and model.head.out_features == 3
     with pytest.raises(ValueError, match="does not handle distilled models"):
         replace_head(VisionTransformer(**SMALL, distilled=True), 3)
     with pytest.raises(TypeError, match="model must be a vit_tutorial VisionTransformer"):
@@ -270,11 +306,13 @@ def test_finetune_keeps_the_head_when_asked_and_its_checkpoint_carries_the_data(
     torch.nn.init.normal_(model.head.weight)  # not the zero head replace_head gives
     settings, path = dataclasses.replace(FINETUNE, epochs=1), tmp_path / "run.pt"
     result = finetune(
-        model, data, settings, new_head=False, validate=False, checkpoint_path=path, **ONE_EPOCH
-    )
+        model, data, settings, new_head=False, validate=False, checkpoint_path=path,
+        extra={"seed": 7}, **ONE_EPOCH
+    )  # fmt: skip
     assert math.isnan(result.history["val_acc"][0]) and model.head.weight.abs().max() > 0.5
     loaded, mean, std = load_pretrained(path)  # one checkpoint, written by fit, with extra
     assert (mean, std) == (MEAN, STD) and loaded.config == model.config
+    assert torch.load(path, weights_only=True)["extra"]["seed"] == 7  # with the caller's extra
 
 
 def test_finetune_refuses_data_with_other_channels(tmp_path):

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from vit_tutorial import train
+from vit_tutorial.checkpoint import save_checkpoint
 from vit_tutorial.cli import main
 from vit_tutorial.finetune import load_pretrained
 from vit_tutorial.interop import max_abs_logit_difference
+from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.recipes import RECIPES
 from vit_tutorial.vit import VisionTransformer
 
@@ -127,6 +129,109 @@ def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
     assert not path.exists()
 
 
+@pytest.fixture(scope="module")
+def run_pt(tmp_path_factory):
+    """The checkpoint of one epoch of digits-tiny, seed 0."""
+    path = tmp_path_factory.mktemp("run") / "run.pt"
+    main(["train", *TINY, "--epochs", "1", "--checkpoint", str(path)])
+    return path
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize(
+    "argv, change, message",
+    [
+        (["--preset", "digits-vit"], None, "was saved from a different model config: "),
+        (["--epochs", "2"], None, "it was trained with epochs=1, not epochs=2"),
+        (["--lr", "0.5"], None, "it was trained with lr=0.003, not lr=0.5"),
+        (["--seed", "1"], None, "--resume: RUN has --seed 0, not 1"),
+        ([], _truncate, "RUN cannot be read by torch.load(weights_only=True): it is truncated"),
+    ],
+)
+def test_a_resume_that_cannot_continue_is_refused_before_training(
+    argv, change, message, run_pt, tmp_path, capsys
+):
+    path = tmp_path / "run.pt"
+    path.write_bytes(run_pt.read_bytes())
+    (change or bool)(path)
+    saved = path.read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *TINY, "--epochs", "1", *argv, "--checkpoint", str(path), "--resume"])
+    assert message.replace("RUN", str(path)) in last_error_line(capsys, exit_info)
+    assert path.read_bytes() == saved  # no epoch ran, none was saved
+
+
+def test_resuming_with_the_seed_it_was_trained_with_continues(run_pt, tmp_path, capsys):
+    path = tmp_path / "run.pt"
+    path.write_bytes(run_pt.read_bytes())
+    argv = ["--epochs", "1", "--seed", "0", "--checkpoint", str(path), "--resume"]
+    assert main(["train", *TINY, *argv]).history["epoch"] == [1]  # done: nothing to redo
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--checkpoint", "FILE/run.pt"], "argument --checkpoint: FILE/run.pt: FILE is a file, "),
+        (["--checkpoint", "DIR"], "argument --checkpoint: DIR is not a file"),
+        (["--checkpoint", "DIR", "--resume"], "argument --checkpoint: DIR is not a file"),
+        (["--data-root", "FILE"], "argument --data-root: FILE is not a folder"),
+        (["--data-root", "FILE/data"], "argument --data-root: FILE/data: FILE is a file, not a"),
+        (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+        (["--seed", "1.5"], "argument --seed: must be an integer >= 0, got '1.5'"),
+    ],
+)
+def test_paths_and_seeds_are_checked_before_any_training(
+    argv, message, tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "file").write_text("a file")
+    names = {"FILE": str(tmp_path / "file"), "DIR": str(tmp_path)}
+    monkeypatch.setattr("vit_tutorial.cli.train_recipe", lambda *a, **k: pytest.fail("trained"))
+    for command in (["train", *TINY], ["finetune", "timm:x", "--image-folder", str(tmp_path)]):
+        if "--data-root" in argv and command[0] == "finetune":
+            continue  # an option of train's alone
+        with pytest.raises(SystemExit) as exit_info:
+            main(
+                [
+                    *command,
+                    *[a.replace("FILE", names["FILE"]).replace("DIR", names["DIR"]) for a in argv],
+                ]
+            )
+        expected = message.replace("FILE", names["FILE"]).replace("DIR", names["DIR"])
+        assert expected in last_error_line(capsys, exit_info)
+
+
+def test_errors_the_package_raises_are_one_line_and_bugs_keep_their_traceback(capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ValueError("data_root x is a file,\n not a folder")
+
+    monkeypatch.setattr("vit_tutorial.cli.train_recipe", refuse)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *TINY])
+    assert last_error_line(capsys, exit_info) == USAGE.format("train") + (
+        "data_root x is a file, not a folder"
+    )
+    monkeypatch.setattr("vit_tutorial.cli.train_recipe", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["train", *TINY])
+
+
+def test_a_checkpoint_under_a_file_fails_at_once_from_the_command_line(tmp_path):
+    """End to end, as a user runs it: exit status 2, one error line, no traceback, no epoch."""
+    (tmp_path / "file").write_text("a file")
+    argv = [*TINY, "--epochs", "1", "--checkpoint", str(tmp_path / "file" / "run.pt")]
+    run = subprocess.run(
+        [sys.executable, "-m", "vit_tutorial.train", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr and not run.stdout
+    assert run.stderr.splitlines()[-1].startswith(LEGACY + "argument --checkpoint: ")
+
+
 def test_the_console_script_is_the_cli():
     """As installed: the entry point pyproject.toml declares (tomllib is Python 3.11+)."""
     from importlib.metadata import entry_points
@@ -238,7 +343,7 @@ def test_finetune_a_checkpoint_with_a_linear_probe(photos, tmp_path, capsys):
             "argument --image-folder: MISSING is not a folder",
         ),
         (["timm:x", "--image-folder", "PHOTOS", "--image-size", "0"], "argument --image-size: "),
-        (["nope", "--image-folder", "PHOTOS"], "nope: unknown source 'nope'"),
+        (["nope", "--image-folder", "PHOTOS"], "nope: nope does not exist: expected"),
         (["timm:vit_nope", "--image-folder", "PHOTOS"], "timm:vit_nope: unknown timm model"),
         (
             ["timm:vit_tiny_patch16_224", *SMOKE, "--image-size", "40", "--image-folder", "PHOTOS"],
@@ -253,6 +358,30 @@ def test_bad_finetune_command_lines_are_one_line_usage_errors(argv, message, pho
     line = last_error_line(capsys, exit_info)
     expected = USAGE.format("finetune") + message.replace("MISSING", str(photos / "missing"))
     assert line.startswith(expected), line
+
+
+def test_finetune_from_a_masked_autoencoder_checkpoint_trains_its_encoder(photos, tmp_path):
+    mae = MaskedAutoencoder(image_size=32, patch_size=16, dim=16, depth=1, num_heads=2)
+    save_checkpoint(tmp_path / "mae.pt", mae)
+    argv = ["finetune", str(tmp_path / "mae.pt"), *SMOKE[1:], "--no-progress"]
+    result = main([*argv, "--image-folder", str(photos)])
+    assert result.model.config.num_classes == 3 and result.history["epoch"] == [1]
+
+
+def test_finetune_from_a_distilled_or_hostile_file_is_one_line(photos, tmp_path, capsys):
+    distilled, hostile = tmp_path / "distilled.pt", tmp_path / "hostile.pt"
+    config = dict(image_size=32, patch_size=16, dim=16, depth=1, num_heads=2)
+    save_checkpoint(distilled, VisionTransformer(**config, distilled=True))
+    torch.save({"model": last_error_line}, hostile)  # a function: torch.load refuses it
+    for path, message in [
+        (distilled, "a distilled ViT (DeiT's distillation token): fine-tune one without"),
+        (hostile, "does not load safely: it is not a checkpoint written by"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(["--finetune", str(path), "--image-folder", str(photos)])
+        line = last_error_line(capsys, exit_info)
+        assert line.startswith(f"{LEGACY}{path}: ") and message in line
+        assert "weights_only=False" not in line and "weights_only` set to" not in line
 
 
 # --- python -m vit_tutorial.train: the older spelling, which the book uses -------------------
@@ -287,7 +416,7 @@ def test_the_old_spelling_finetunes(spelling, photos, capsys):
             ["--finetune", "timm:x", "--image-folder", "PHOTOS", "--preset", "digits"],
             "unrecognized arguments: --preset digits",
         ),
-        (["--finetune", "nope", "--image-folder", "PHOTOS"], "nope: unknown source 'nope'"),
+        (["--finetune", "nope", "--image-folder", "PHOTOS"], "nope: nope does not exist"),
     ],
 )
 def test_the_old_spelling_names_itself_in_usage_errors(argv, message, photos, capsys):

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import image_folder_datasets
 from vit_tutorial.engine import TrainResult, resolve_device
 from vit_tutorial.finetune import (
@@ -54,16 +55,16 @@ from vit_tutorial.recipes import DEFAULT_PRESET, RECIPES, train_recipe
 __all__ = ["main", "command"]
 
 
-def _positive(kind: type) -> Callable[[str], int | float]:
-    """argparse type: an integer >= 1 (``kind`` int) or a finite number > 0 (float)."""
-    expected = "an integer >= 1" if kind is int else "a finite number > 0"
+def _positive(kind: type, low: int = 0) -> Callable[[str], int | float]:
+    """argparse type: an integer > ``low`` (``kind`` int) or a finite number > 0 (float)."""
+    expected = f"an integer >= {low + 1}" if kind is int else "a finite number > 0"
 
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
-            value = 0
-        if not 0 < value < math.inf:  # also refuses nan
+            value = low
+        if not low < value < math.inf:  # also refuses nan
             raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
         return value
 
@@ -83,11 +84,19 @@ def _device(text: str) -> torch.device:
     return device
 
 
-def _folder(text: str) -> Path:
-    """argparse type of the image folders: checked before a model is downloaded."""
-    if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a folder")
-    return Path(text)
+def _path(kind: str, exists: bool = False) -> Callable[[str], Path]:
+    """argparse type of a ``kind`` ('file' or 'folder') path, which need not exist unless
+    ``exists``: checked before a model is downloaded or trained."""
+
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if under := next((p for p in path.parents if p.exists() and not p.is_dir()), None):
+            raise argparse.ArgumentTypeError(f"{text}: {under} is a file, not a folder")
+        if (exists or path.exists()) and path.is_dir() != (kind == "folder"):
+            raise argparse.ArgumentTypeError(f"{text} is not a {kind}")
+        return path
+
+    return parse
 
 
 def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
@@ -97,8 +106,8 @@ def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
     add("--epochs", type=_positive(int), help="override the default number of epochs")
     add("--lr", type=_positive(float), help="override the default peak learning rate")
     add("--batch-size", type=_positive(int), help="override the per-process batch size")
-    add("--seed", type=int, default=0, help="seed of the weights and the data order")
-    add("--checkpoint", type=Path, help="save a checkpoint here every epoch")
+    add("--seed", type=_positive(int, -1), default=0, help="seed of the weights and the data order")
+    add("--checkpoint", type=_path("file"), help="save a checkpoint here every epoch")
     add("--resume", action="store_true", help="continue from --checkpoint")
     add("--device", type=_device, default="auto", help="'auto', 'cpu', 'cuda', 'cuda:N', ...")
     add("--amp", default="auto", choices=["auto", "bf16", "fp16", "none"])
@@ -110,7 +119,7 @@ def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
     add = train.add_argument
     add("--dataset", choices=sorted(DEFAULT_PRESET), help="default: digits")
     add("--preset", choices=sorted(RECIPES), help="default: the dataset's")
-    add("--data-root", help="default: $VIT_TUTORIAL_DATA, ~/.cache/vit_tutorial")
+    add("--data-root", type=_path("folder"), help="$VIT_TUTORIAL_DATA or ~/.cache/vit_tutorial")
     train.set_defaults(run=_train, error=train.error)
     defaults = (
         f"defaults: epochs {FINETUNE.epochs}, lr {FINETUNE.lr:g} ({LINEAR_PROBE.lr:g} with "
@@ -120,8 +129,9 @@ def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
     tune = subcommand("finetune", help=about, description=defaults)
     add = tune.add_argument
     add("source", metavar="SOURCE", help="torchvision:NAME, timm:NAME or a checkpoint path")
-    add("--image-folder", type=_folder, required=True, metavar="DIR", help="DIR/CLASS/IMAGE")
-    add("--val-folder", type=_folder, metavar="DIR", help="default: 20%% of --image-folder")
+    folder = _path("folder", exists=True)
+    add("--image-folder", type=folder, required=True, metavar="DIR", help="DIR/CLASS/IMAGE")
+    add("--val-folder", type=folder, metavar="DIR", help="default: 20%% of --image-folder")
     add("--linear-probe", action="store_true", help="train only the new head")
     add("--random-weights", action="store_true", help="no download: random weights")
     add("--image-size", type=_positive(int), help="default: the model's own")
@@ -135,6 +145,9 @@ def _check(args: argparse.Namespace) -> None:
         args.error("--resume needs --checkpoint PATH")
     if args.resume and not args.checkpoint.exists():
         args.error(f"--resume: {args.checkpoint} does not exist")
+    saved = read_checkpoint(args.checkpoint)["extra"] if args.resume else {}  # before the data
+    if saved.get("seed", args.seed) != args.seed:
+        args.error(f"--resume: {args.checkpoint} has --seed {saved['seed']}, not {args.seed}")
     if args.checkpoint is not None and args.checkpoint.exists() and not args.resume:
         args.error(f"{args.checkpoint} exists: pass --resume to continue it, or delete it")
     if args.amp == "fp16" and args.device.type != "cuda":
@@ -160,6 +173,8 @@ def _finetune(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str
     torch.manual_seed(args.seed)  # --random-weights: the same weights on every rank
     try:
         model, mean, std = load_pretrained(args.source, pretrained=not args.random_weights)
+        if model.config.distilled:  # replace_head refuses it too, but after the images load
+            raise ValueError("a distilled ViT (DeiT's distillation token): fine-tune one without")
         height, width = pair(model.config.image_size)
         if args.image_size is None and height != width:
             raise ValueError(f"the model takes {height}×{width} images; pass --image-size N")
@@ -174,7 +189,8 @@ def _finetune(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str
         args.error(f"{args.source}: {error}")
     given = {k: v for k, v in (("epochs", args.epochs), ("lr", args.lr)) if v is not None}
     settings = dataclasses.replace(LINEAR_PROBE if args.linear_probe else FINETUNE, **given)
-    result = finetune(model, data, settings, linear_probe=args.linear_probe, **options)
+    options.update(linear_probe=args.linear_probe, extra={"seed": args.seed})
+    result = finetune(model, data, settings, **options)
     mode = "linear probe" if args.linear_probe else "full"
     return result, f"finetune {args.source} ({mode}, seed {args.seed}", "validation"
 
@@ -185,12 +201,13 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResu
     command and its subcommands in messages."""
     default = "vit-tutorial" if Path(sys.argv[0]).name == "vit-tutorial" else None
     args = _parser(prog or default or "python -m vit_tutorial.cli", prog).parse_args(argv)
-    _check(args)
-    if distributed := int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        if args.device.type == "cuda":
-            torch.cuda.set_device(args.device)
-        dist.init_process_group("nccl" if args.device.type == "cuda" else "gloo")
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
+        _check(args)
+        if distributed:
+            if args.device.type == "cuda":
+                torch.cuda.set_device(args.device)
+            dist.init_process_group("nccl" if args.device.type == "cuda" else "gloo")
         tic = time.perf_counter()
         options = {"checkpoint_path": args.checkpoint, "device": args.device, "amp": args.amp}
         result, run, split = args.run(args, {**options, "progress": not args.no_progress})
@@ -200,8 +217,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResu
             accuracy = f"{split} accuracy {100 * result.test_accuracy:.2f}%"
             times = f"training time {result.train_seconds:.1f} s (wall {wall:.1f} s)"
             print(f"{run}{world}): {accuracy} | {times}", flush=True)
+    except (ValueError, TypeError, FileNotFoundError) as error:  # input the package refused
+        args.error(" ".join(str(error).split()))  # one line, exit status 2
     finally:
-        if distributed:
+        if distributed and dist.is_initialized():
             dist.destroy_process_group()
     return result
 

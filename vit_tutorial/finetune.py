@@ -28,6 +28,7 @@ from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import DataSplits
 from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
 from vit_tutorial.interop import from_timm, from_torchvision
+from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.patches import pair
 from vit_tutorial.positional import resize_pos_embed
 from vit_tutorial.validate import check_bool, check_int
@@ -72,8 +73,10 @@ def load_pretrained(
     * ``'timm:NAME'``, NAME a timm ViT (``vit_small_patch16_224``, ...), converted with
       :func:`~vit_tutorial.interop.from_timm`; mean and std from the model's ``pretrained_cfg``
       (0.5 and 0.5 for timm's augreg ViTs, ImageNet's for others);
-    * the path of a :class:`~vit_tutorial.vit.VisionTransformer`'s checkpoint, read with
-      :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256 checked);
+    * the path of a :class:`~vit_tutorial.vit.VisionTransformer`'s checkpoint (or of a
+      :class:`~vit_tutorial.mae.MaskedAutoencoder`'s: its encoder, as ``to_vit`` gives it), read
+      with :func:`~vit_tutorial.checkpoint.read_checkpoint` (``weights_only=True``, SHA-256
+      checked before the model is built);
       mean and std from the ``extra["mean"]`` and ``extra["std"]`` that :func:`finetune` saves,
       else ImageNet's.
 
@@ -93,8 +96,10 @@ def load_pretrained(
         return converters[kind](name, pretrained)
     if Path(text).is_file():
         return _checkpoint_model(Path(text))
+    found = "is a folder" if Path(text).is_dir() else "does not exist"
     raise ValueError(
-        f"unknown source {text!r}: expected 'torchvision:NAME' (e.g. 'torchvision:vit_b_16'), "
+        (f"unknown source {text!r}" if kind in converters else f"{text} {found}")
+        + ": expected 'torchvision:NAME' (e.g. 'torchvision:vit_b_16'), "
         "'timm:NAME' (e.g. 'timm:vit_small_patch16_224') or the path of a checkpoint written by "
         "vit_tutorial.checkpoint.save_checkpoint"
     )
@@ -146,8 +151,15 @@ def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:
             f"{path} holds no VisionTransformer config: expected a checkpoint of a "
             "VisionTransformer written by vit_tutorial.checkpoint.save_checkpoint"
         ) from None
-    model = VisionTransformer(config)
-    model.load_state_dict(state["model"])
+    if "mask_token" in (weights := state["model"]):  # a MaskedAutoencoder's: to_vit's encoder
+        depth = len({key.split(".")[2] for key in weights if key.startswith("decoder.blocks.")})
+        decoder = dict(decoder_dim=len(weights["mask_token"][0, 0]), decoder_depth=depth)
+        mae = MaskedAutoencoder(config, **decoder, decoder_heads=1)  # heads shape no weight
+        mae.load_state_dict(weights)
+        model = mae.to_vit(config.num_classes)
+    else:
+        model = VisionTransformer(config)
+        model.load_state_dict(weights)
     extra = state["extra"]
     return model, tuple(extra.get("mean", IMAGENET_MEAN)), tuple(extra.get("std", IMAGENET_STD))
 
@@ -199,7 +211,7 @@ def replace_head(model: VisionTransformer, num_classes: int) -> VisionTransforme
     ``num_classes`` not an int; ``ValueError`` for ``num_classes < 1`` or a distilled model (DeiT's
     distillation token and second head would need a teacher).
     """
-    check_int("num_classes", num_classes)
+    num_classes = check_int("num_classes", num_classes)
     if _check_model(model).config.distilled:
         raise ValueError(
             "replace_head does not handle distilled models (config.distilled=True): their "
@@ -241,6 +253,7 @@ def finetune(
     linear_probe: bool = False,
     validate: bool = True,
     checkpoint_path: str | Path | None = None,
+    extra: dict[str, Any] | None = None,
     device: Device = "auto",
     amp: str | None = "auto",
     progress: bool = True,
@@ -259,7 +272,7 @@ def finetune(
         validate: score ``data.val_loader`` (or ``data.test_loader``) after every epoch.
         checkpoint_path, device, amp, progress: :func:`~vit_tutorial.engine.fit`'s; the
             checkpoint also carries ``data.mean``, ``data.std`` and ``data.classes``, which
-            :func:`load_pretrained` reads back.
+            :func:`load_pretrained` reads back, and ``extra`` (the command line's seed).
     """
     channels = _check_model(model).config.in_channels
     if data.in_channels != channels:
@@ -270,7 +283,7 @@ def finetune(
         freeze_for_linear_probe(model)
     settings = settings or (LINEAR_PROBE if linear_probe else FINETUNE)
     held_out = (data.val_loader or data.test_loader) if check_bool("validate", validate) else None
-    extra = {"mean": data.mean, "std": data.std, "classes": data.classes}
+    extra = {"mean": data.mean, "std": data.std, "classes": data.classes, **(extra or {})}
     options = dict(device=device, amp=amp, progress=progress, checkpoint_path=checkpoint_path)
     history = fit(model, data.train_loader, held_out, settings, extra=extra, **options)
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]

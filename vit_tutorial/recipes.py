@@ -115,6 +115,7 @@ def train_recipe(
     """
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
+    seed = check_int("seed", seed, 0)
     recipe = RECIPES[preset]
     given = {k: v for k, v in {"epochs": epochs, "lr": lr}.items() if v is not None}
     batch_size = recipe.batch_size if batch_size is None else batch_size
@@ -126,6 +127,7 @@ def train_recipe(
     model = VisionTransformer(**shape, num_classes=data.num_classes, **recipe.model)
     options = dict(device=device, amp=amp, progress=progress, checkpoint_path=checkpoint_path)
     held_out = data.val_loader or data.test_loader  # digits and CIFAR-10 have no validation split
-    history = fit(model, data.train_loader, held_out, recipe.fit, compile=compile, **options)
+    options.update(compile=compile, extra={"seed": seed})  # the CLI resumes only this seed
+    history = fit(model, data.train_loader, held_out, recipe.fit, **options)
     accuracy = evaluate(model, data.test_loader, device, amp)["accuracy"]
     return TrainResult(model, history, accuracy, sum(history["time"]))
