@@ -1,7 +1,10 @@
 """Tests for vit_tutorial/data/: the digits split, seeded loaders, CIFAR-10 offline, image
 folders (Fashion-MNIST has its own file, test_fashion_mnist.py)."""
 
+import io
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,10 +84,73 @@ def test_test_loader_keeps_order(digits):
 
 
 def test_bad_arguments_raise():
-    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
         make_loader(TensorDataset(torch.arange(3)), 0, shuffle=False)
     with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\), got 1.5"):
         digits_datasets(test_fraction=1.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, phrase",
+    [
+        ({"batch_size": 2.0}, TypeError, r"batch_size must be an integer, got 2.0"),
+        ({"batch_size": True}, TypeError, r"batch_size must be an integer, got True"),
+        ({"seed": "1"}, TypeError, r"seed must be an integer, got '1'"),
+        ({"seed": 1.5}, TypeError, r"seed must be an integer, got 1.5"),
+        ({"seed": None}, TypeError, r"seed must be an integer, got None"),
+        ({"seed": -1}, ValueError, r"seed must be at least 0, got -1"),
+        ({"num_workers": -1}, ValueError, r"num_workers must be at least 0, got -1"),
+        ({"shuffle": "no"}, TypeError, r"shuffle must be True or False, got 'no'"),
+        ({"drop_last": 1}, TypeError, r"drop_last must be True or False, got 1"),
+    ],
+)
+def test_make_loader_refuses_bad_arguments_with_the_value(kwargs, error, phrase):
+    options = {"batch_size": 2, "shuffle": True, **kwargs}
+    with pytest.raises(error, match=phrase):
+        make_loader(TensorDataset(torch.arange(6)), **options)
+
+
+def test_make_loader_refuses_a_loader_without_a_batch_and_takes_numpy_integers():
+    with pytest.raises(ValueError, match="a dataset of 0 samples gives no batch of 4"):
+        make_loader(TensorDataset(torch.arange(0)), 4, shuffle=False)
+    with pytest.raises(ValueError, match="a dataset of 3 samples gives no batch of 4"):
+        make_loader(TensorDataset(torch.arange(3)), 4, shuffle=True, drop_last=True)
+    loader = make_loader(
+        TensorDataset(torch.arange(6)), np.int64(4), shuffle=True, seed=np.int64(1)
+    )
+    assert loader.batch_size == 4 and type(loader.batch_size) is int
+    same = make_loader(TensorDataset(torch.arange(6)), 4, shuffle=True, seed=1)
+    assert torch.equal(next(iter(loader))[0], next(iter(same))[0])
+
+
+@pytest.mark.parametrize("seed", ["1", 1.5, None])
+def test_digits_refuse_a_seed_that_is_not_an_integer_at_the_call(seed):
+    with pytest.raises(TypeError, match=f"seed must be an integer, got {seed!r}"):
+        digits_datasets(seed=seed)
+
+
+def test_digits_refuse_a_test_fraction_that_leaves_a_class_out_naming_the_range(digits):
+    for fraction in (0.001, 0.995):
+        with pytest.raises(
+            ValueError, match=rf"test_fraction must be in \(0.00500835, 0.994435\], got {fraction}"
+        ):
+            digits_datasets(test_fraction=fraction)
+    for fraction, expected in ((0.0051, 10), (0.9944, 1787)):  # the ends of that range work
+        assert len(digits_datasets(test_fraction=fraction).test) == expected
+    with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\), got nan"):
+        digits_datasets(test_fraction=float("nan"))
+    with pytest.raises(TypeError, match="test_fraction must be a real number, got '0.2'"):
+        digits_datasets(test_fraction="0.2")
+    numpy_seed = digits_datasets(seed=np.int64(1), test_fraction=np.float32(0.2))
+    assert torch.equal(
+        next(iter(numpy_seed.train_loader))[1], next(iter(digits_datasets(seed=1).train_loader))[1]
+    )
+
+
+def test_cifar10_refuses_a_root_that_is_a_file(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match=f"the data folder {tmp_path / 'file'} exists and is not"):
+        cifar10_datasets(tmp_path / "file", download=True)
 
 
 def test_cifar10_missing_without_download_says_so(tmp_path):
@@ -173,3 +239,81 @@ def test_image_folder_errors(tmp_path):
         image_folder_datasets(folder, image_size=8, mean=(0.5,), std=(0.5,))
     with pytest.raises(TypeError, match="image_size must be an integer, got '8'"):
         image_folder_datasets(folder, image_size="8", mean=MEAN, std=STD)
+
+
+def write_bad_image(path, kind):
+    """A file at ``path`` that PIL cannot decode: a truncated JPEG or PNG, or text."""
+    noise = torch.randint(0, 256, (32, 32, 3), generator=torch.Generator().manual_seed(0))
+    buffer = io.BytesIO()
+    Image.fromarray(noise.byte().numpy()).save(buffer, "JPEG" if kind == "jpg" else "PNG")
+    data = buffer.getvalue()
+    path.write_bytes(b"not an image at all" if kind == "text" else data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("kind, name", [("jpg", "7.jpg"), ("png", "7.png"), ("text", "7.png")])
+def test_a_bad_image_is_refused_at_load_naming_the_file(tmp_path, kind, name):
+    folder, options = (
+        write_image_folder(tmp_path / "photos"),
+        dict(image_size=8, mean=MEAN, std=STD),
+    )
+    write_bad_image(folder / "class1" / name, kind)
+    bad = re.escape(str(folder / "class1" / name))
+    with pytest.raises(ValueError, match=f"{bad} is not an image that can be read"):
+        image_folder_datasets(folder, **options)
+    with pytest.raises(ValueError, match=f"{bad} is not an image that can be read"):
+        image_folder_datasets(write_image_folder(tmp_path / "good"), val_dir=folder, **options)
+
+
+def test_an_image_spoilt_after_load_fails_its_batch_naming_the_file(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    data = image_folder_datasets(folder, val_dir=folder, image_size=8, mean=MEAN, std=STD)
+    path = data.train.samples[3][0]
+    write_bad_image(Path(path), "jpg")
+    with pytest.raises(ValueError, match=f"{re.escape(path)} is not an image that can be read"):
+        data.train[3]
+    with pytest.raises(ValueError, match=f"{re.escape(path)} is not an image that can be read"):
+        list(data.test_loader)
+
+
+def test_hidden_folders_and_files_are_not_read(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    (folder / ".ipynb_checkpoints").mkdir()  # Jupyter makes one in every folder it opens
+    (folder / ".thumbnails" / "x").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(folder / ".thumbnails" / "x" / "0.png")
+    (folder / "class0" / ".hidden").mkdir()
+    Image.new("RGB", (8, 8)).save(folder / "class0" / ".hidden" / "0.png")
+    write_bad_image(folder / "class1" / "._0.jpg", "text")  # macOS' AppleDouble file
+    data = image_folder_datasets(folder, val_dir=folder, image_size=8, mean=MEAN, std=STD)
+    assert data.classes == ["class0", "class1", "class2"] and len(data.train) == 18
+    assert not any("/." in path for path, _ in data.train.samples)
+    hidden_root = write_image_folder(tmp_path / ".cache" / "photos")  # a hidden folder above
+    assert len(image_folder_datasets(hidden_root, image_size=8, mean=MEAN, std=STD).train) == 14
+
+
+def test_image_folder_paths_that_cannot_train_are_named(tmp_path):
+    folder = write_image_folder(tmp_path / "photos")
+    options = dict(image_size=8, mean=MEAN, std=STD)
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match=f"train_dir {tmp_path / 'file'} is not a folder"):
+        image_folder_datasets(tmp_path / "file", **options)
+    with pytest.raises(ValueError, match=f"val_dir {tmp_path / 'file'} is not a folder"):
+        image_folder_datasets(folder, val_dir=tmp_path / "file", **options)
+    with pytest.raises(ValueError, match=f"val_dir {tmp_path / 'nope'} is not a folder"):
+        image_folder_datasets(folder, val_dir=tmp_path / "nope", **options)
+    (tmp_path / "one" / "class0").mkdir(parents=True)
+    (tmp_path / "one" / ".ipynb_checkpoints").mkdir()
+    with pytest.raises(
+        ValueError, match=rf"val_dir {tmp_path / 'one'} holds the class folders \['class0'\]"
+    ):
+        image_folder_datasets(folder, val_dir=tmp_path / "one", **options)
+    for path in (folder / "class2").iterdir():
+        path.rename(path.with_name(f".{path.name}"))  # only hidden images left in class2
+    with pytest.raises(ValueError, match=f"train_dir {folder}: .*no valid file .*class2.*png"):
+        image_folder_datasets(folder, **options)
+
+
+@pytest.mark.parametrize("seed", ["1", 1.5, None])
+def test_image_folders_refuse_a_seed_that_is_not_an_integer(tmp_path, seed):
+    folder = write_image_folder(tmp_path / "photos")
+    with pytest.raises(TypeError, match=f"seed must be an integer, got {seed!r}"):
+        image_folder_datasets(folder, image_size=8, mean=MEAN, std=STD, seed=seed)

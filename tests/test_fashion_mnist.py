@@ -9,11 +9,13 @@ the stand-in from a local server.
 import functools
 import gzip
 import os
+import re
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torchvision.datasets import FashionMNIST
@@ -85,14 +87,21 @@ def test_the_debian_files_are_read_where_they_are(splits, tmp_path):
     assert image_ids(splits.train.images).max() < 60000 and len(splits.classes) == 10
 
 
-def test_without_the_files_torchvision_downloads_them_into_root(debian_dir, tmp_path, monkeypatch):
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(debian_dir))
+def serve(folder, tmp_path, monkeypatch):
+    """A local server of ``folder`` as torchvision's mirror (no MD5 checks), Debian's copy
+    absent; returns the server, to shut down."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
     handler.log_message = lambda *args: None
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(data_module, "FASHION_MNIST_DEBIAN_DIR", tmp_path / "absent")
     monkeypatch.setattr(FashionMNIST, "mirrors", [f"http://127.0.0.1:{server.server_port}/"])
     monkeypatch.setattr(FashionMNIST, "resources", [(n, None) for n, _ in FashionMNIST.resources])
+    return server
+
+
+def test_without_the_files_torchvision_downloads_them_into_root(debian_dir, tmp_path, monkeypatch):
+    server = serve(debian_dir, tmp_path, monkeypatch)
     try:
         downloaded = fashion_mnist_datasets(tmp_path / "data", val_size=0)
     finally:
@@ -192,6 +201,11 @@ def test_with_neither_files_nor_internet_the_error_comes_fast_and_says_what_to_d
         ({"train_size": 1e3}, TypeError, "train_size must be an integer, got 1000.0"),
         ({"val_size": -1}, ValueError, "val_size must be at least 0, got -1"),
         ({"val_size": 50001}, ValueError, "val_size must be at most 50000"),
+        ({"seed": "1"}, TypeError, "seed must be an integer, got '1'"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer, got 1.5"),
+        ({"seed": None}, TypeError, "seed must be an integer, got None"),
+        ({"batch_size": 0}, ValueError, "batch_size must be at least 1, got 0"),
+        ({"download": "no"}, TypeError, "download must be True or False, got 'no'"),
     ],
 )
 def test_bad_sizes_are_refused_with_the_value(offline, tmp_path, kwargs, error, phrase):
@@ -207,12 +221,120 @@ def test_no_validation_split_when_val_size_is_zero(offline, tmp_path):
 def test_stratified_indices_refuses_a_size_it_cannot_give():
     with pytest.raises(ValueError, match=r"size must be in \[0, 10\].*got 11"):
         stratified_indices(torch.arange(10), 11)
+    with pytest.raises(TypeError, match="size must be an integer, got 1.5"):
+        stratified_indices(torch.arange(10), 1.5)
+    with pytest.raises(TypeError, match="seed must be an integer, got '1'"):
+        stratified_indices(torch.arange(10), 5, seed="1")
+    numpy = stratified_indices(torch.arange(10), np.int64(5), seed=np.int64(3))
+    assert torch.equal(numpy, stratified_indices(torch.arange(10), 5, seed=3))
 
 
 def test_data_root_follows_the_environment_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("VIT_TUTORIAL_DATA", str(tmp_path))
     assert data_root() == tmp_path
     assert data_root("~/x") == Path("~/x").expanduser()
+
+
+def test_a_data_root_that_is_a_file_is_refused(offline, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match=f"the data folder {tmp_path / 'file'} exists and is not"):
+        fashion_mnist_datasets(tmp_path / "file")  # though Debian's copy is there
+    monkeypatch.setenv("VIT_TUTORIAL_DATA", str(tmp_path / "file"))
+    with pytest.raises(ValueError, match=f"the data folder {tmp_path / 'file'} exists and is not"):
+        data_root()
+
+
+def test_a_numpy_seed_is_an_integer(offline, tmp_path):
+    numpy = fashion_mnist_datasets(tmp_path, val_size=0, seed=np.int64(3), batch_size=np.int64(8))
+    plain = fashion_mnist_datasets(tmp_path, val_size=0, seed=3, batch_size=8)
+    assert torch.equal(next(iter(numpy.train_loader))[1], next(iter(plain.train_loader))[1])
+
+
+def raw_copy(debian_dir, root, name=None, content=None):
+    """The stand-in's four files, uncompressed, where torchvision keeps them in ``root``, with
+    ``name``'s content replaced by ``content``."""
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for file, _ in FashionMNIST.resources:
+        plain = file.removesuffix(".gz")
+        data = gzip.decompress((debian_dir / file).read_bytes())
+        (raw / plain).write_bytes(content(data) if plain == name else data)
+    return raw
+
+
+def test_a_good_copy_in_root_loads_byte_for_byte_as_debians(offline, splits, tmp_path):
+    raw_copy(offline, tmp_path / "data")
+    copy = fashion_mnist_datasets(tmp_path / "data")
+    for split in ("train", "val", "test"):
+        assert torch.equal(getattr(copy, split).images, getattr(splits, split).images)
+        assert torch.equal(getattr(copy, split).labels, getattr(splits, split).labels)
+
+
+def labels_with(label: int) -> bytes:
+    labels = (torch.arange(10000) % 10).byte()
+    labels[1234] = label
+    return idx_bytes(2049, labels)
+
+
+IMAGES, LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
+FAULTS = {  # name: (file, its content from the good one, the error's words)
+    "100 images": (
+        IMAGES,
+        lambda data: idx_bytes(2051, torch.zeros(100, 28, 28, dtype=torch.uint8)),
+        r"header \[2051, 100, 28, 28\] and 78416 bytes, expected \[2051, 60000, 28, 28\]",
+    ),
+    "90 labels": (
+        LABELS,
+        lambda data: idx_bytes(2049, torch.zeros(90, dtype=torch.uint8)),
+        r"header \[2049, 90\] and 98 bytes, expected \[2049, 60000\]",
+    ),
+    "14x28 images": (
+        IMAGES,
+        lambda data: idx_bytes(2051, torch.zeros(60000, 14, 28, dtype=torch.uint8)),
+        r"header \[2051, 60000, 14, 28\] .*expected \[2051, 60000, 28, 28\]",
+    ),
+    "truncated": (IMAGES, lambda data: data[:-5], "47040011 bytes, expected .* 47040016 bytes"),
+    "wrong magic": (
+        IMAGES,
+        lambda data: (2049).to_bytes(4, "big") + data[4:],
+        r"header \[2049, 60000, 28, 28\]",
+    ),
+    "labels file of images": (
+        LABELS,
+        lambda data: idx_bytes(2051, stand_in_images(60000, 0)),
+        r"header \[2051, 60000\] .*expected \[2049, 60000\]",
+    ),
+    "images file of labels": (
+        IMAGES,
+        lambda data: idx_bytes(2049, torch.zeros(60000, dtype=torch.uint8)),
+        r"header \[2049, 60000, 0, 0\]",
+    ),
+    "label 10": ("t10k-labels-idx1-ubyte", lambda data: labels_with(10), "holds the label 10"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_every_copy_is_checked_naming_the_file_and_what_was_expected(offline, tmp_path, fault):
+    name, content, phrase = FAULTS[fault]
+    raw = raw_copy(offline, tmp_path / "data", name, content)  # read before Debian's copy
+    with pytest.raises(ValueError, match=f"{re.escape(str(raw / name))} .*{phrase}"):
+        fashion_mnist_datasets(tmp_path / "data")
+
+
+def test_a_bad_download_is_refused_by_the_same_check(debian_dir, tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for file, _ in FashionMNIST.resources:
+        data = (debian_dir / file).read_bytes()
+        if file.startswith("train-images"):
+            data = gzip.compress(gzip.decompress(data)[:-100], compresslevel=1)
+        (mirror / file).write_bytes(data)
+    server = serve(mirror, tmp_path, monkeypatch)
+    try:
+        with pytest.raises(ValueError, match="train-images-idx3-ubyte is not the Fashion-MNIST"):
+            fashion_mnist_datasets(tmp_path / "data")
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.skipif(

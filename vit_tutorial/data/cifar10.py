@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vit_tutorial.data.core import DataSplits, download_within, make_loader
+from vit_tutorial.data.core import DataSplits, data_root, download_within, make_loader
 
 __all__ = ["cifar10_datasets", "CIFAR10_MEAN", "CIFAR10_STD"]
 
@@ -37,7 +37,7 @@ def cifar10_datasets(
     """
     from torchvision import datasets, transforms
 
-    root = Path(root)
+    root = data_root(root)  # refused if a file
     if not (root / "cifar-10-batches-py").is_dir():
         if not download:
             raise RuntimeError(

@@ -15,6 +15,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from vit_tutorial.validate import check_bool, check_int
+
 __all__ = ["DataSplits", "make_loader", "ImageTensors", "stratified_indices", "data_root"]
 
 
@@ -77,17 +79,21 @@ def make_loader(
         >>> first == [b[0].tolist() for b in loader]  # same epoch, same order
         True
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    batch_size = check_int("batch_size", batch_size)  # an int, DataLoader's only integer
+    seed, num_workers = check_int("seed", seed, 0), check_int("num_workers", num_workers, 0)
+    check_bool("shuffle", shuffle), check_bool("drop_last", drop_last)
     sampler = None
     if shuffle:
         distributed = dist.is_available() and dist.is_initialized()
         replicas, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         sampler = DistributedSampler(dataset, replicas, rank, seed=seed, drop_last=drop_last)
     workers = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
-    return DataLoader(
+    loader = DataLoader(
         dataset, batch_size, sampler=sampler, drop_last=drop_last, collate_fn=collate_fn, **workers
     )
+    if hasattr(dataset, "__len__") and len(loader) == 0:  # empty, or too small for drop_last
+        raise ValueError(f"a dataset of {len(dataset)} samples gives no batch of {batch_size}")
+    return loader
 
 
 class ImageTensors(Dataset):
@@ -140,8 +146,9 @@ def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
         >>> set(picked.tolist()) <= set(stratified_indices(labels, 200).tolist())
         True
     """
-    if not 0 <= size <= len(labels):
+    if not 0 <= check_int("size", size, 0) <= len(labels):
         raise ValueError(f"size must be in [0, {len(labels)}] (the number of labels), got {size}")
+    seed = check_int("seed", seed, 0)
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     ordered = labels[order]
     counts = torch.bincount(labels)
@@ -158,10 +165,12 @@ def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
 
 def data_root(root: str | Path | None = None) -> Path:
     """Where datasets are kept: ``root``, else ``$VIT_TUTORIAL_DATA``, else
-    ``~/.cache/vit_tutorial``."""
+    ``~/.cache/vit_tutorial``; ``ValueError`` if it is a file."""
     if root is None:
         root = os.environ.get("VIT_TUTORIAL_DATA", "~/.cache/vit_tutorial")
-    return Path(root).expanduser()
+    if (path := Path(root).expanduser()).exists() and not path.is_dir():
+        raise ValueError(f"the data folder {path} exists and is not a folder")
+    return path
 
 
 def download_within(

@@ -6,6 +6,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from vit_tutorial.data.core import DataSplits, make_loader
+from vit_tutorial.validate import check_real
 
 __all__ = ["digits_datasets"]
 
@@ -26,9 +27,10 @@ def digits_datasets(seed: int = 0, batch_size: int = 64, test_fraction: float = 
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    test_fraction = check_real("test_fraction", test_fraction, 0, 1, low_open=True, high_open=True)
     digits = load_digits()
+    n = len(digits.target)  # scikit-learn holds out ceil(test_fraction * n): 10 on each side
+    check_real("test_fraction", test_fraction, 9 / n, (n - 10) / n, low_open=True)
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)  # (B, 1, 8, 8)
     labels = torch.tensor(digits.target, dtype=torch.long)
     ids = torch.arange(len(labels)).numpy()

@@ -23,7 +23,7 @@ from vit_tutorial.data.core import (
     make_loader,
     stratified_indices,
 )
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_bool, check_int
 
 __all__ = [
     "fashion_mnist_datasets",
@@ -68,6 +68,8 @@ def _read_idx(path: Path, shape: tuple[int, ...]) -> Tensor:
             f"{APT} --reinstall, or delete it)"
         )
     pixels = torch.frombuffer(bytearray(data), dtype=torch.uint8, offset=4 * len(expected))
+    if len(shape) == 1 and pixels.max() >= len(CLASSES):  # a labels file
+        raise ValueError(f"{path} holds the label {pixels.max().item()}; expected labels 0 to 9")
     return pixels.view(shape)
 
 
@@ -99,8 +101,9 @@ def _tensors(root: Path, download: bool, timeout: float) -> tuple[Tensor, ...]:
             f"Install Debian's copy with `{APT}`, or run this on a machine with internet access "
             "(e.g. Colab), where torchvision downloads it (about 30 MB)"
         )
-        fetch = lambda: FashionMNIST(root, download=True)  # noqa: E731
-        download_within(timeout, FashionMNIST.mirrors[0], fetch, missing, advice)
+        downloader = FashionMNIST.__new__(FashionMNIST)  # its download alone: _read_idx reads
+        downloader.root = str(root)
+        download_within(timeout, FashionMNIST.mirrors[0], downloader.download, missing, advice)
         paths = _find(root)
     images, labels, test_images, test_labels = map(_read_idx, paths, FILES.values())
     return images.unsqueeze(1), labels.long(), test_images.unsqueeze(1), test_labels.long()
@@ -145,6 +148,7 @@ def fashion_mnist_datasets(
         FileNotFoundError: the files are missing and ``download`` is false.
         ConnectionError: the files are missing and the server cannot be reached.
     """
+    check_int("seed", seed, 0), check_int("batch_size", batch_size)  # before any download
     train, val, test = _datasets(data_root(root), download, timeout, train_size, val_size)
     train.transform = train_transform
     collate = functools.partial(_collate_then, batch_transform) if batch_transform else None
@@ -163,7 +167,7 @@ def _datasets(
     """The ``train``, ``val`` (or ``None``) and ``test`` :class:`ImageTensors`: a fixed
     stratified validation split, then a fixed class-balanced subset of the rest (nested
     across sizes). Sizes Fashion-MNIST cannot give raise TypeError or ValueError first."""
-    check_int("val_size", val_size, minimum=0)
+    check_int("val_size", val_size, minimum=0), check_bool("download", download)
     if val_size > 50_000:
         raise ValueError(f"val_size must be at most 50000 of the 60000 images, got {val_size}")
     if train_size is not None:

@@ -3,6 +3,7 @@ and prepared as a pre-trained ViT expects them (chapter 9's fine-tuning)."""
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -41,23 +42,46 @@ def _image_transforms(
     return train, v2.Compose([*centre, *to_tensor])
 
 
+def _rgb(path: str) -> Any:
+    """``ImageFolder``'s loader: the image at ``path`` in RGB, or a ValueError naming the file."""
+    from torchvision.datasets.folder import pil_loader  # ImageFolder's own loader
+
+    try:
+        return pil_loader(path)
+    except Exception as error:  # OSError, SyntaxError, struct.error...: PIL's for a bad file
+        raise ValueError(f"{path} is not an image that can be read ({error})") from error
+
+
 def _image_folder(path: str | os.PathLike, what: str, transform: Any) -> Any:
-    """``torchvision.datasets.ImageFolder`` of ``path``, with ValueError for what cannot train."""
+    """``torchvision.datasets.ImageFolder`` of ``path`` but hidden folders and files (Jupyter's
+    ``.ipynb_checkpoints``), each image decoded once; ValueError for what cannot train."""
     from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"{what} {path} is not a folder; expected one sub-folder per class")
-    classes = sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+    classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
     if len(classes) < 2:
         raise ValueError(
             f"{what} {path} holds the class folders {classes}: a classifier needs at least "
             "2 (one sub-folder of images per class)"
         )
+
+    def is_image(file: str) -> bool:  # by its name, neither hidden nor in a hidden folder
+        hidden = "/." in Path(file).relative_to(path).as_posix()
+        return has_file_allowed_extension(file, IMG_EXTENSIONS) and not hidden
+
+    images = ImageFolder.__new__(ImageFolder)  # whose find_classes hook gives those classes
+    images.find_classes = lambda root: (classes, {name: i for i, name in enumerate(classes)})
     try:
-        return ImageFolder(path, transform=transform)  # its loader converts images to RGB
+        images.__init__(path, transform=transform, loader=_rgb, is_valid_file=is_image)
     except FileNotFoundError as error:  # a class folder without images
-        raise ValueError(f"{what} {path}: {error}") from error
+        raise ValueError(f"{what} {path}: {error}(images: {', '.join(IMG_EXTENSIONS)})") from error
+    del images.find_classes  # ImageFolder's own again, so that workers can pickle it
+    for file, _ in images.samples:
+        _rgb(file)
+    return images
 
 
 def _split(train: Any, eval_tf: Any, val_fraction: float, seed: int) -> tuple[Subset, Subset]:
@@ -73,7 +97,8 @@ def _split(train: Any, eval_tf: Any, val_fraction: float, seed: int) -> tuple[Su
     held_out_idx = stratified_indices(labels, size, seed=seed)
     train_idx = torch.arange(len(labels))
     train_idx = train_idx[~torch.isin(train_idx, held_out_idx)].tolist()  # the rest, in order
-    held_out = _image_folder(train.root, "train_dir", eval_tf)  # the same files, in order
+    held_out = copy.copy(train)  # the same files, in order, read with eval_tf
+    held_out.transform = eval_tf
     return Subset(train, train_idx), Subset(held_out, held_out_idx.tolist())
 
 
@@ -99,7 +124,7 @@ def image_folder_datasets(
     are the ``test`` split, which :func:`~vit_tutorial.finetune.finetune` scores.
 
     Args:
-        train_dir: the training images, ``train_dir/<class>/<image>``.
+        train_dir: the training images, ``train_dir/<class>/<image>``, hidden ones skipped.
         val_dir: held-out images with the same class folders, or ``None``.
         image_size: side of the square images the model sees.
         mean: per-channel mean (R, G, B) of the normalisation the model's weights expect.
@@ -109,10 +134,10 @@ def image_folder_datasets(
         seed: seed of the held-out split and of the training loader's shuffling.
 
     Raises:
-        ValueError: a folder is missing, has fewer than 2 class folders or an empty one,
-            or other classes than the other; ``val_fraction`` is not in (0, 1) or leaves a
-            side empty; ``mean`` or ``std`` has not 3 values.
-        TypeError: ``image_size``, ``batch_size`` or ``num_workers`` is not an int.
+        ValueError: a folder is missing, has fewer than 2 class folders, an empty one or other
+            classes than the other; an image does not decode (each is decoded once, here);
+            ``val_fraction`` is not in (0, 1) or leaves a side empty; ``mean``/``std`` not RGB.
+        TypeError: ``image_size``, ``batch_size``, ``num_workers`` or ``seed`` is not an int.
     """
     check_int("image_size", image_size), check_int("batch_size", batch_size)
     check_int("num_workers", num_workers, minimum=0), check_bool("augment", augment)
