@@ -2,14 +2,16 @@
 
 import dataclasses
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from torchvision.models import ResNet, resnet18
 
 from vit_tutorial.checkpoint import save_checkpoint
 from vit_tutorial.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD, digits_datasets
-from vit_tutorial.experiments import ch06, epochs_for
+from vit_tutorial.experiments import ch06, ch09, epochs_for
 from vit_tutorial.experiments.ch08 import (
     AUGMENTATIONS,
     FIT,
@@ -61,6 +63,39 @@ def test_ch06_ablation_trains_a_configuration_once_per_seed(monkeypatch):
     assert rows[0]["runs"] == rows[1]["runs"] and len(calls) == 4  # the base once per seed
 
 
+def test_ch06_ablation_checks_every_variant_seed_and_epochs_before_training(monkeypatch):
+    monkeypatch.setattr(ch06, "train_once", None)  # training would fail the test
+    with pytest.raises(ValueError, match=r"unknown variants \['pos-sincos'\]; expected ids"):
+        next(ch06.ablation(["pos-none", "pos-sincos"], [0], 1))
+    with pytest.raises(TypeError, match="seed must be an integer, got '1'"):
+        next(ch06.ablation(["pos-none"], [0, "1"], 1))
+    with pytest.raises(ValueError, match="seed must be at least 0, got -1"):
+        next(ch06.ablation(["pos-none"], [-1], 1))
+    with pytest.raises(TypeError, match="epochs must be an integer, got '3'"):
+        next(ch06.ablation(["pos-none"], [0], "3"))
+
+
+def test_ch06_ablation_reads_seeds_once_as_plain_ints(monkeypatch):
+    monkeypatch.setattr(ch06, "train_once", lambda c, s, e: {"seed": s})
+    seeds = (np.int64(s) for s in (0, 1))  # a generator: read once, for every variant
+    rows = list(ch06.ablation(["pos-none", "patch-4"], seeds, 1))
+    assert [run["seed"] for row in rows for run in row["runs"]] == [0, 1, 0, 1]
+    assert all(type(run["seed"]) is int for row in rows for run in row["runs"])
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: ch06.settings("3"), TypeError, "epochs must be an integer, got '3'"),
+        (lambda: ch06.train_once(ch06.BASE, "0", 1), TypeError, "seed must be an integer"),
+        (lambda: ch06.train_once(ch06.BASE, 1.5, 1), TypeError, "seed must be an integer"),
+    ],
+)
+def test_ch06_refuses_bad_seeds_and_epochs(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
 # --- chapter 8 ----------------------------------------------------------------------------
 
 
@@ -87,10 +122,26 @@ def test_greyscale_resnet_is_torchvisions_with_a_one_channel_stem():
     assert conv.weight.std().item() == pytest.approx(std, rel=0.1)
 
 
-@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1"])
-def test_greyscale_resnet_rejects_bad_channels(value):
-    with pytest.raises(ValueError, match=f"in_channels must be an integer >= 1, got {value!r}"):
-        resnet18_greyscale(value)
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(in_channels=0), ValueError, "in_channels must be at least 1, got 0"),
+        (dict(in_channels=-1), ValueError, "in_channels must be at least 1, got -1"),
+        (dict(in_channels=1.5), TypeError, "in_channels must be an integer, got 1.5"),
+        (dict(in_channels=True), TypeError, "in_channels must be an integer, got True"),
+        (dict(in_channels="1"), TypeError, "in_channels must be an integer, got '1'"),
+        (dict(num_classes=0), ValueError, "num_classes must be at least 1, got 0"),
+        (dict(num_classes=10.0), TypeError, "num_classes must be an integer, got 10.0"),
+    ],
+)
+def test_greyscale_resnet_rejects_bad_channels_and_classes(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        resnet18_greyscale(**kwargs)
+
+
+def test_greyscale_resnet_takes_numpy_integers():
+    model = resnet18_greyscale(np.int64(1), np.int32(5))
+    assert model.conv1.in_channels == 1 and model.fc.out_features == 5
 
 
 def test_build_model_matches_the_cpu_recipe_and_the_stems():
@@ -130,11 +181,25 @@ def test_the_budget_rule_gives_every_size_the_same_steps():
     assert epochs_for(55000, STEPS) == 13 and epochs_for(1000, STEPS) == 699
 
 
-@pytest.mark.parametrize("name, value", [("train_size", 0), ("steps", True), ("batch_size", 1.0)])
-def test_epochs_for_rejects_bad_numbers(name, value):
+@pytest.mark.parametrize(
+    "name, value, error, message",
+    [
+        ("train_size", 0, ValueError, "train_size must be at least 1, got 0"),
+        ("steps", True, TypeError, r"steps must be an integer, got True \(bool\)"),
+        ("batch_size", 1.0, TypeError, r"batch_size must be an integer, got 1.0 \(float\)"),
+        ("steps", "50", TypeError, "steps must be an integer, got '50'"),
+    ],
+)
+def test_epochs_for_rejects_bad_numbers(name, value, error, message):
     args = {"train_size": 1000, "steps": 10, "batch_size": 128, name: value}
-    with pytest.raises(ValueError, match=f"{name} must be an integer >= 1, got {name}={value!r}"):
+    with pytest.raises(error, match=message):
         epochs_for(**args)
+
+
+def test_epochs_for_takes_numpy_integers():
+    epochs = epochs_for(np.int64(1000), np.int32(50), np.int64(128))
+    assert epochs == epochs_for(1000, 50) == 7 and type(epochs) is int
+    assert ch09.budget("mae", np.int64(100)) == ch09.budget("mae", 100) == 240
 
 
 def test_run_spec_settings_follow_the_budget():
@@ -160,12 +225,46 @@ def test_run_spec_keys_and_teacher():
         (dict(model="vit", distilled=True), "a distilled run pools the class token"),
         (dict(model="resnet18", pool="cls"), "has no class token"),
         (dict(model="resnet18", augmentation="drop-path"), "has no class token"),
-        (dict(model="vit", train_size=0), "train_size must be an integer >= 1"),
+        (dict(model="vit", train_size=0), "train_size must be at least 10, got 0"),
+        (dict(model="vit", train_size=9), "train_size must be at least 10, got 9"),
+        (dict(model="vit", train_size=60000), "train_size must be at most 55000, got 60000"),
+        (dict(model="vit", seed=-1), "seed must be at least 0, got -1"),
+        (dict(model="vit", steps=0), "steps must be at least 1, got 0"),
     ],
 )
 def test_run_spec_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RunSpec(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(seed="0"), "seed must be an integer, got '0'"),
+        (dict(seed=1.0), "seed must be an integer, got 1.0"),
+        (dict(train_size=1000.0), "train_size must be an integer, got 1000.0"),
+        (dict(steps="50"), "steps must be an integer, got '50'"),
+        (dict(pool="cls", distilled="yes"), "distilled must be True or False, got 'yes'"),
+    ],
+)
+def test_run_spec_refuses_values_of_the_wrong_type(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        RunSpec("vit", **kwargs)
+
+
+def test_run_spec_keeps_numpy_integers_as_ints():
+    spec = RunSpec("vit", np.int64(1000), np.int64(2), np.int32(50))
+    assert spec == RunSpec("vit", 1000, 2, 50) and spec.key == "vit-n1000-s2-none-t50"
+    assert all(type(v) is int for v in (spec.train_size, spec.seed, spec.steps))  # JSON rows
+
+
+@pytest.mark.parametrize("where", ["folder", "inside a file"])
+def test_run_refuses_a_save_to_it_cannot_write_before_training(tmp_path, monkeypatch, where):
+    monkeypatch.setattr("vit_tutorial.experiments.ch08.fashion_mnist_datasets", None)  # no data
+    (tmp_path / "file").write_text("not a folder")
+    path = tmp_path if where == "folder" else tmp_path / "file" / "teacher.pt"
+    with pytest.raises(ValueError, match=re.escape(f"save_to='{path}' is a folder")):
+        run(RunSpec("resnet18", 300, 0, 5), device="cpu", save_to=path)
 
 
 @pytest.mark.parametrize("name", sorted(AUGMENTATIONS))
@@ -201,6 +300,28 @@ def test_load_teacher_round_trip(tmp_path):
     assert not loaded.training
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
+    assert next(load_teacher(path, "auto").parameters()).device.type in ("cpu", "cuda")
+
+
+def test_load_teacher_refuses_truncated_edited_or_other_files(tmp_path):
+    path = tmp_path / "teacher.pt"
+    save_checkpoint(path, resnet18_greyscale())
+    (tmp_path / "cut.pt").write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(
+        ValueError, match=re.escape(f"{tmp_path / 'cut.pt'} cannot be read") + ".* truncated"
+    ):
+        load_teacher(tmp_path / "cut.pt")
+    state = torch.load(path, weights_only=True)
+    state["model"]["fc.bias"] += 1  # edited weights, the SHA-256 left as it was
+    torch.save(state, tmp_path / "edited.pt")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'edited.pt'} is corrupted")):
+        load_teacher(tmp_path / "edited.pt")
+    save_checkpoint(tmp_path / "vit.pt", build_model("vit"))
+    with pytest.raises(ValueError, match=r"vit.pt is not a checkpoint of run\(\)'s 'resnet18'"):
+        load_teacher(tmp_path / "vit.pt")
+    save_checkpoint(tmp_path / "rgb.pt", resnet18_greyscale(3))
+    with pytest.raises(ValueError, match="rgb.pt is not a checkpoint .* size mismatch for conv1"):
+        load_teacher(tmp_path / "rgb.pt")
 
 
 def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
@@ -261,6 +382,64 @@ def test_at_resolution_interpolates_or_replaces_the_position_table():
     similarity = torch.cosine_similarity(new[0, 0], old[0, 0], dim=0)
     assert similarity > 0.9
     assert bigger(torch.randn(2, 1, 40, 40)).shape == (2, 10)
+
+
+def test_at_resolution_leaves_the_callers_model_alone():
+    model = vit()
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    fresh = at_resolution(model, 28, interpolate=False)  # the same size: a new table
+    assert fresh is not model and not torch.equal(fresh.pos_embed.weight, model.pos_embed.weight)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    at_resolution(model, 40, interpolate=False)
+    assert torch.equal(model.pos_embed.weight, before["pos_embed.weight"])
+
+
+def test_at_resolution_refuses_a_table_it_cannot_redraw():
+    with pytest.raises(TypeError, match="interpolate must be True or False, got 'no'"):
+        at_resolution(vit(), 40, interpolate="no")
+    sincos = VisionTransformer(**ENCODER, pool="mean", num_classes=10, pos_embed="sincos2d")
+    with pytest.raises(ValueError, match="draws a learned table; pos_embed is 'sincos2d'"):
+        at_resolution(sincos, 40, interpolate=False)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_features_and_linear_probe_keep_the_callers_mode(training):
+    model = vit().train(training)
+    data = labelled_data(2, seed=0, eval_size=20)
+    features(model, data.test_loader)
+    assert model.training is training
+    linear_probe(model, data)
+    assert model.training is training and model.encoder.training is training
+
+
+def test_linear_probe_needs_a_validation_split():
+    data = labelled_data(1, seed=0, eval_size=20)
+    data.val, data.val_loader = None, None
+    with pytest.raises(ValueError, match="picks C on data.val_loader, which is None"):
+        linear_probe(vit(), data)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: start("mea", 0, {}), ValueError, "unknown start 'mea'; expected one of"),
+        (lambda: start("scratch", "1", {}), TypeError, "seed must be an integer, got '1'"),
+        (lambda: start("scratch", -1, {}), ValueError, "seed must be at least 0, got -1"),
+        (lambda: labelled_data(1.5, 0), TypeError, "per_class must be an integer, got 1.5"),
+        (lambda: labelled_data(1, 0, image_size="40"), TypeError, "image_size must be an int"),
+        (lambda: labelled_data(1, 0, eval_size=0), ValueError, "eval_size must be at least 1"),
+        (lambda: labelled_data(1, 0, eval_size=6000), ValueError, "at most 5000, got 6000"),
+        (lambda: pretrain_mae(epochs="3"), TypeError, "epochs must be an integer, got '3'"),
+        (lambda: finetune_settings("3"), TypeError, "epochs must be an integer, got '3'"),
+        (lambda: pretrain_supervised(epochs=0), ValueError, "epochs must be at least 1, got 0"),
+        (lambda: pretrain_mae(epochs=1, lr=float("nan")), ValueError, "lr must be positive"),
+    ],
+)
+def test_ch09_refuses_bad_arguments_before_loading_or_training(monkeypatch, call, error, message):
+    monkeypatch.setattr(ch09, "fashion_mnist_datasets", None)  # no data is read
+    with pytest.raises(error, match=message):
+        call()
 
 
 def test_labelled_data_draws_exactly_per_class_images_per_seed():

@@ -8,6 +8,7 @@ arguments in ``__init__``; the layers a model builds from its validated config a
 import collections
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -177,9 +178,28 @@ def test_trusted_builds_the_same_layer_without_checking(checked):
         (lambda: check_real("p", "0.1", 0.0, 1.0), TypeError, "p must be a real number, got '0.1'"),
         (lambda: check_real("p", 1.0, 0.0, 1.0, high_open=True), ValueError, r"\[0, 1\), got 1\.0"),
         (lambda: check_bool("augment", 1), TypeError, "augment must be True or False, got 1"),
+        (lambda: check_int("per_class", 5501, 1, 5500), ValueError, "at most 5500, got 5501"),
+        (lambda: check_int("n", np.int64(0)), ValueError, "n must be at least 1, got 0"),
+        (lambda: check_int("n", np.bool_(True)), TypeError, "n must be an integer, got"),
+        (lambda: check_int("n", np.float64(2.0)), TypeError, "n must be an integer, got"),
+        (lambda: check_real("x", np.float32("nan")), ValueError, r"\[-inf, inf\], got nan"),
+        (lambda: check_real("x", np.inf, 0.0), ValueError, r"\[0, inf\], got inf"),
+        (lambda: check_real("x", -np.inf), ValueError, "got -inf"),
     ],
 )
 def test_check_messages_name_the_argument_and_value(call, error, match):
     with pytest.raises(error, match=match):
         call()
     assert check_int("n", 3) == 3 and check_real("x", 2) == 2.0 and check_bool("b", False) is False
+
+
+@pytest.mark.parametrize("value", [np.int64(1000), np.int32(1000), np.uint8(200)])
+def test_check_int_takes_numpy_integers_as_plain_ints(value):
+    checked = check_int("train_size", value, maximum=1000)
+    assert checked == int(value) and type(checked) is int
+
+
+@pytest.mark.parametrize("value", [np.float32(0.25), np.float64(0.25), np.int64(1)])
+def test_check_real_takes_numpy_numbers_as_plain_floats(value):
+    checked = check_real("dropout", value, 0.0, 1.0)
+    assert checked == float(value) and type(checked) is float

@@ -14,8 +14,8 @@ from typing import Any
 __all__ = ["check_int", "check_real", "check_bool", "trusted"]
 
 
-def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """``value`` as an int of at least ``minimum``.
+def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` (an integer, NumPy's too, not a bool) as an int from ``minimum`` to ``maximum``.
 
     Example:
         >>> check_int("depth", 0)
@@ -27,6 +27,8 @@ def check_int(name: str, value: object, minimum: int = 1) -> int:
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return int(value)
 
 
@@ -39,7 +41,7 @@ def check_real(
     low_open: bool = False,
     high_open: bool = False,
 ) -> float:
-    """``value`` as a finite float (NaN and infinities are refused) in the interval from ``low``
+    """``value`` (a NumPy float too) as a finite float (NaN and infinities are refused) from ``low``
     to ``high``, ``low_open``/``high_open`` excluding the bound.
 
     Example:

@@ -25,8 +25,9 @@ def _grid(conv: nn.Conv2d, pool: nn.Module, size: int = 28) -> int | None:
     """The side of the grid that ``conv`` then ``pool`` make of a ``size``×``size`` image."""
     if isinstance(conv.padding, str):  # 'same' or 'valid': no formula needed here
         return None
-    (k, _), (s, _), (p, _) = (_pair(v) for v in (conv.kernel_size, conv.stride, conv.padding))
-    side = (size + 2 * p - k) // s + 1
+    sizes = (conv.kernel_size, conv.stride, conv.padding, conv.dilation)
+    (k, _), (s, _), (p, _), (d, _) = (_pair(v) for v in sizes)
+    side = (size + 2 * p - d * (k - 1) - 1) // s + 1  # a dilated kernel spans d·(k-1)+1 pixels
     if isinstance(pool, nn.MaxPool2d):
         (k, _), (s, _), (p, _) = (_pair(v) for v in (pool.kernel_size, pool.stride, pool.padding))
         side = (side + 2 * p - k) // s + 1
@@ -70,6 +71,18 @@ def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
         raise AssertionError(
             f"for {where}: conv1 has padding={conv.padding}; torchvision's 7×7 stem pads by "
             "3, which takes a 28×28 image to 14×14 (then 7×7 after the max-pool)"
+        )
+    if _pair(conv.dilation) != (1, 1):
+        span, grid = 6 * conv.dilation[0] + 1, _grid(conv, model.maxpool)
+        raise AssertionError(
+            f"for {where}: conv1 is dilated (dilation={conv.dilation}): its 7×7 taps spread "
+            f"over {span}×{span} pixels, and with the max-pool it takes a 28×28 image to a "
+            f"{grid}×{grid} grid, not 7×7; build it without dilation, as torchvision does"
+        )
+    if conv.padding_mode != "zeros":
+        raise AssertionError(
+            f"for {where}: conv1 pads with padding_mode={conv.padding_mode!r}; torchvision's "
+            "stem pads with zeros (the default, padding_mode='zeros')"
         )
     if conv.bias is not None:
         raise AssertionError(

@@ -12,12 +12,12 @@ Example:
 
 import math
 
+from vit_tutorial.validate import check_int
+
 __all__ = ["epochs_for"]
 
 
 def epochs_for(train_size: int, steps: int, batch_size: int = 128) -> int:
     """Epochs of ``train_size`` images (batches of ``batch_size``) giving at least ``steps``."""
-    for name, value in (("train_size", train_size), ("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
-    return math.ceil(steps / math.ceil(train_size / batch_size))
+    train_size, steps = check_int("train_size", train_size), check_int("steps", steps)
+    return math.ceil(steps / math.ceil(train_size / check_int("batch_size", batch_size)))

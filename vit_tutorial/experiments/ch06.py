@@ -20,6 +20,7 @@ import torch
 
 from vit_tutorial.data import digits_datasets
 from vit_tutorial.engine import FitSettings, fit, predict
+from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["BASE", "BATCH_SIZE", "SCHEDULE", "VARIANTS", "ablation", "settings", "train_once"]
@@ -48,14 +49,14 @@ VARIANTS = {
 
 def settings(epochs: int) -> FitSettings:
     """:data:`SCHEDULE` shortened or stretched to ``epochs``: the warm-up stays its first fifth."""
-    warmup = SCHEDULE.warmup_epochs * epochs / SCHEDULE.epochs
+    warmup = SCHEDULE.warmup_epochs * check_int("epochs", epochs) / SCHEDULE.epochs
     return dataclasses.replace(SCHEDULE, epochs=epochs, warmup_epochs=warmup)
 
 
 def train_once(config: dict, seed: int, epochs: int) -> dict:
     """Train the ViT ``config`` describes with ``seed`` for ``epochs``; its test accuracy,
     its count of wrong test images and its training seconds."""
-    split = digits_datasets(seed=seed, batch_size=BATCH_SIZE)
+    split = digits_datasets(seed=check_int("seed", seed, 0), batch_size=BATCH_SIZE)
     torch.manual_seed(seed)
     model = VisionTransformer(image_size=8, in_channels=1, num_classes=10, **config)
     history = fit(model, split.train_loader, None, settings(epochs), progress=False)
@@ -69,6 +70,9 @@ def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dic
     """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one row at a time:
     ``id``, ``group``, ``name``, ``change``, ``config``, ``runs`` (:func:`train_once` per seed);
     a configuration in several groups (the base is in all four) is trained once per seed."""
+    seeds, _ = [check_int("seed", seed, 0) for seed in seeds], settings(epochs)  # before training
+    if unknown := sorted(set(variants) - set(VARIANTS)):
+        raise ValueError(f"unknown variants {unknown}; expected ids of VARIANTS: {list(VARIANTS)}")
     done: dict[tuple, dict] = {}
     for key in variants:
         group, name, change = VARIANTS[key]

@@ -34,9 +34,10 @@ from torch import nn
 
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import fashion_mnist_datasets
-from vit_tutorial.engine import Device, FitSettings, evaluate, fit
+from vit_tutorial.engine import Device, FitSettings, evaluate, fit, resolve_device
 from vit_tutorial.experiments import epochs_for
 from vit_tutorial.losses import HardDistillation
+from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -75,9 +76,8 @@ def resnet18_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module
     grid), the four stages to 7, 4, 2 and 1 pixels."""
     from torchvision.models import resnet18
 
-    if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
-        raise ValueError(f"in_channels must be an integer >= 1, got {in_channels!r}")
-    model = resnet18(num_classes=num_classes)
+    in_channels = check_int("in_channels", in_channels)
+    model = resnet18(num_classes=check_int("num_classes", num_classes))
     model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model
@@ -169,11 +169,13 @@ class RunSpec:
         if self.augmentation not in AUGMENTATIONS:
             known = sorted(AUGMENTATIONS)
             raise ValueError(f"unknown augmentation {self.augmentation!r}; expected one of {known}")
-        epochs_for(self.train_size, self.steps)  # checks both
+        bounds = {"train_size": (10, FULL_TRAIN_SIZE), "seed": (0, None), "steps": (1, None)}
+        for name, (low, high) in bounds.items():  # NumPy integers become ints
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low, high))
         if self.pool not in ("mean", "cls"):
             raise ValueError(f"pool must be 'mean' or 'cls', got {self.pool!r}")
         drop_path = AUGMENTATIONS[self.augmentation].drop_path
-        _check_model(self.model, self.pool, drop_path, self.distilled)
+        _check_model(self.model, self.pool, drop_path, check_bool("distilled", self.distilled))
         if self.distilled and self.pool != "cls":
             raise ValueError("a distilled run pools the class token: pass pool='cls'")
 
@@ -218,6 +220,9 @@ def run(
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
+    target = Path(save_to or "")  # a path that is a folder, or inside a file: fail now
+    if save_to is not None and (target.is_dir() or any(map(Path.is_file, target.parents))):
+        raise ValueError(f"save_to={str(save_to)!r} is a folder or inside a file, not a file")
     augmentation = AUGMENTATIONS[spec.augmentation]
     data = fashion_mnist_datasets(
         data_root,
@@ -259,5 +264,9 @@ def load_teacher(path: str | Path, device: Device = "cpu") -> nn.Module:
     """The ``'resnet18'`` whose weights :func:`run` saved at ``path``, in evaluation mode;
     the checkpoint's SHA-256 is checked (:func:`~vit_tutorial.checkpoint.load_checkpoint`)."""
     model = resnet18_greyscale()
-    load_checkpoint(path, model, restore_rng=False)
-    return model.to(device).eval()
+    try:
+        load_checkpoint(path, model, restore_rng=False)
+    except RuntimeError as error:  # load_state_dict: the weights of another model
+        details = str(error).partition("\n")[2].strip()[:120]
+        raise ValueError(f"{path} is not a checkpoint of run()'s 'resnet18': {details}") from error
+    return model.to(resolve_device(device)).eval()

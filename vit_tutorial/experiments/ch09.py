@@ -35,7 +35,7 @@ from vit_tutorial.experiments import epochs_for
 from vit_tutorial.finetune import replace_head, set_image_size
 from vit_tutorial.losses import mae_loss
 from vit_tutorial.mae import MaskedAutoencoder
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -83,6 +83,7 @@ def budget(start: str, train_size: int, batch_size: int = 64) -> int:
 def finetune_settings(epochs: int) -> FitSettings:
     """How every start is fine-tuned for ``epochs``: AdamW at 10^-3, weight decay 0.05,
     label smoothing 0.1, a warm-up of a tenth of the run."""
+    epochs = check_int("epochs", epochs)  # before epochs / 10
     return FitSettings(epochs, 1e-3, 0.05, warmup_epochs=epochs / 10, label_smoothing=0.1)
 
 
@@ -101,12 +102,13 @@ def pretrain_mae(
     a class-balanced ``images`` of them), labels unused; ``(model, history)``. The optimiser is
     MAE's (He et al. 2022, Appendix A.1, Table 8): AdamW, betas (0.9, 0.95), weight decay 0.05,
     warm-up then cosine decay."""
+    warmup = min(1, check_int("epochs", epochs) / 10)
+    settings = FitSettings(epochs, lr, warmup_epochs=warmup, betas=(0.9, 0.95))
     data = fashion_mnist_datasets(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
     )
     torch.manual_seed(seed)
     model = MaskedAutoencoder(**ENCODER, **DECODER)
-    settings = FitSettings(epochs, lr, warmup_epochs=min(1, epochs / 10), betas=(0.9, 0.95))
     history = fit(
         model, data.train_loader, None, settings, loss=mae_loss, device=device, progress=progress
     )
@@ -126,13 +128,14 @@ def pretrain_supervised(
 ) -> tuple[VisionTransformer, dict[str, list]]:
     """The ViT trained on all 60,000 training images (or a class-balanced ``images`` of
     them) to tell the 5 coarse groups of :data:`COARSE_GROUPS` apart; ``(model, history)``."""
+    warmup = min(1, check_int("epochs", epochs) / 10)
+    settings = FitSettings(epochs, lr, warmup_epochs=warmup, label_smoothing=0.1)
     data = fashion_mnist_datasets(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
     )
     data.train.labels = torch.tensor(COARSE_GROUPS)[data.train.labels]  # the coarse groups
     torch.manual_seed(seed)
     model = VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
-    settings = FitSettings(epochs, lr, warmup_epochs=min(1, epochs / 10), label_smoothing=0.1)
     history = fit(model, data.train_loader, None, settings, device=device, progress=progress)
     return model.cpu().eval(), history
 
@@ -142,7 +145,9 @@ def start(name: str, seed: int, encoders: dict[str, nn.Module]) -> VisionTransfo
     with ``seed``; ``encoders['mae'].to_vit(10)``; a copy of ``encoders['supervised']`` with a
     fresh zero head (:func:`~vit_tutorial.finetune.replace_head`), all else kept (``fc_norm``
     too). The encoders are left as they are."""
-    torch.manual_seed(seed)
+    if name not in STARTS:
+        raise ValueError(f"unknown start {name!r}; expected one of {STARTS}")
+    torch.manual_seed(check_int("seed", seed, 0))
     if name == "scratch":
         return VisionTransformer(**ENCODER, pool="mean", num_classes=10)
     if name == "mae":
@@ -161,11 +166,10 @@ def labelled_data(
 ) -> DataSplits:
     """Fashion-MNIST with ``per_class`` labelled training images per class, drawn with ``seed``
     from the 55,000 left after the validation split; the validation and test sets whole (or their
-    first ``eval_size`` images, for quick checks); ``image_size`` > 28 upsamples (bicubic)."""
-    check_int("per_class", per_class)
+    first ``eval_size`` ≤ 5,000, for quick checks); ``image_size`` > 28 upsamples (bicubic)."""
+    check_int("per_class", per_class, 1, 5500), check_int("image_size", image_size)
+    eval_size is None or check_int("eval_size", eval_size, 1, 5000)  # the validation set's size
     data = fashion_mnist_datasets(data_root, seed=seed, batch_size=batch_size)
-    if per_class * 10 > len(data.train):
-        raise ValueError(f"per_class must be at most {len(data.train) // 10}, got {per_class}")
     if image_size != 28:
         from torchvision.transforms import v2
 
@@ -191,7 +195,7 @@ def features(model: VisionTransformer, loader: DataLoader, device: Device = "cpu
 class _MeanTokens(nn.Module):
     def __init__(self, model: VisionTransformer) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.training = model, model.training  # predict restores the model's mode
 
     def forward(self, images: Tensor) -> Tensor:
         return self.model.forward_features(images).mean(dim=1)
@@ -207,6 +211,8 @@ def linear_probe(
     exactly (scikit-learn) is the same model, without a schedule to tune."""
     from sklearn.linear_model import LogisticRegression
 
+    if data.val_loader is None:
+        raise ValueError("linear_probe picks C on data.val_loader, which is None: pass a val split")
     loaders = make_loader(data.train, 1000, shuffle=False), data.val_loader, data.test_loader
     (x, y), (x_val, y_val), (x_test, y_test) = (
         predict(_MeanTokens(model), loader, device, None) for loader in loaders
@@ -225,7 +231,10 @@ def at_resolution(
     position table resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT paper's
     Section 3.2) or, with ``interpolate=False``, a new ViT's random one (what resampling keeps)."""
     bigger = set_image_size(model, image_size)
-    if not interpolate:  # init functions run without gradients
+    if not check_bool("interpolate", interpolate):  # on a copy at the same size, not the caller's
+        if (table := bigger.config.pos_embed) != "learned":
+            raise ValueError(f"interpolate=False draws a learned table; pos_embed is {table!r}")
+        bigger = copy.deepcopy(model) if bigger is model else bigger
         nn.init.trunc_normal_(bigger.pos_embed.weight, std=0.02, a=-0.04, b=0.04)
     return bigger
 
