@@ -171,9 +171,10 @@ class RelativePositionBias(nn.Module):
 
     Patches at ``(r, c)`` and ``(r', c')`` of a grid ``G`` or ``(Gh, Gw)`` get the ``table`` entry
     (chapter 3's β) of their offset ``(r - r', c - c')``, one of ``(2Gh - 1)(2Gw - 1)`` per head
-    (Swin, BEiT); prefix tokens (class token, registers) add three, as in BEiT: patch → prefix,
-    prefix → patch, prefix → prefix. The table starts from a normal of std 0.02 truncated at ±2 std
-    (Swin: timm's ``trunc_normal_(std=.02)``, whose bounds ±2 cut nothing; BEiT: zeros).
+    (BEiT; Swin's spans a window, not the grid); prefix tokens (class token, registers) add three,
+    as in BEiT: patch → prefix, prefix → patch, prefix → prefix. The table starts from a normal of
+    std 0.02 truncated at ±2 std (Swin: timm's ``trunc_normal_(std=.02)``, whose bounds ±2 cut
+    nothing; BEiT: zeros).
 
     Example:
         >>> rpb = RelativePositionBias(grid_size=14, num_heads=12, num_prefix_tokens=1)
