@@ -118,8 +118,10 @@ class Augmentation:
 
 
 _v2 = functools.partial(importlib.import_module, "torchvision.transforms.v2")  # when first used
-#: The ablation's rows, with DeiT's strengths (Touvron et al. 2021, Table 9: RandAugment m9,
-#: random erasing 0.25, Mixup 0.8, CutMix 1.0, stochastic depth 0.1); the crop pads 2 pixels.
+#: The ablation's rows, DeiT's list (Touvron et al. 2021, Table 9: RandAugment m9, random erasing
+#: 0.25, Mixup 0.8, CutMix 1.0, stochastic depth 0.1) at torchvision's strengths, not DeiT's: its
+#: RandAugment m9 of 31 bins is 9/30 of each range (timm's is 9/10), erasing fills zeros (DeiT's
+#: random pixels); the crop pads 2 pixels.
 AUGMENTATIONS: dict[str, Augmentation] = {
     "none": Augmentation("no augmentation"),
     "crop": Augmentation("random crop, padding 2", lambda: _v2().RandomCrop(28, padding=2)),
