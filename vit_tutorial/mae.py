@@ -3,7 +3,7 @@
 He et al. (2022), *Masked Autoencoders Are Scalable Vision Learners*, Section 3: embed the
 image's patches as a ViT does, with fixed 2D sine-cosine positions (Appendix A.1); keep a random
 25% of them (:func:`random_masking`) and run the **encoder on the visible patches only** (3/4 of
-the tokens never enter it: that is why MAE is cheap); a light **decoder** receives the encoded
+the tokens never enter it, though the decoder sees all of them); a **decoder** receives the encoded
 visible tokens and one shared, learned **mask token** for every hidden patch, each with its
 position, and predicts every patch's pixels; the **loss** is the mean squared error on the
 **masked patches only**, each target patch normalised by its own pixel mean and standard
@@ -229,8 +229,8 @@ class MaskedAutoencoder(nn.Module):
         self, images: Tensor, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:
         """``(masked, reconstruction)`` images ``(B, C, H, W)`` for a figure: the hidden patches
-        set to 0; the visible patches as they were and the predictions in the hidden ones (given
-        each true patch's mean and std for normalised targets, as MAE's visualisation does)."""
+        set to 0; the visible patches as they were and the predictions in the hidden ones (with
+        normalised targets, de-normalised by each hidden patch's TRUE mean and std: a leak)."""
         pred, mask = self(images, generator)[1:]
         patches = image_to_patches(images, self.patch_size)
         if self.norm_pix_loss:

@@ -60,15 +60,15 @@ __all__ = [
 ENCODER = dict(
     image_size=28, patch_size=4, in_channels=1, dim=64, depth=4, num_heads=4, mlp_ratio=2.0
 )
-#: The MAE decoder: one block of width 64, much lighter than the encoder, as in the paper.
+#: The MAE decoder: one block as wide as the encoder, so it costs more than the masked encoder.
 DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
 #: Fashion-MNIST class -> coarse group, for the supervised pre-training's "other labels".
 COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
 COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
 STARTS = ("scratch", "mae", "supervised")
 #: Optimiser steps (batches of 64) for a pre-trained start and for the ViT from scratch, which
-#: gets over 3 times more: with 480 its accuracy still varies with the seed by several points
-#: (56.7 to 68.6% with 100 labels per class), so equal steps would flatter pre-training.
+#: gets over 3 times more: with 480 its accuracy still varied with the seed by several points in
+#: a first run (not kept), so equal steps would flatter pre-training.
 FINETUNE_STEPS, SCRATCH_STEPS = 480, 1600
 
 
