@@ -1,25 +1,30 @@
-"""Draw the book's learning path: chapters 1 to 7 and the package modules each one builds.
+"""Draw the book's learning path: chapters 1 to 9, the appendix and the modules each builds.
 
-The figure on the intro page (``book/images/learning_path.svg``). One row per chapter: the
-chapter, the modules of ``vit_tutorial`` it builds (filled) and those of earlier chapters it
-uses (in grey); a last row for the exercises, which every chapter grades with
-``vit_tutorial.exercises``. The rows come from :data:`CHAPTERS`; ``tests/test_learning_path.py``
-checks them against ``_toc.yml`` and the chapters' imports, and that the committed file is what
-this script draws. Regenerate it after changing :data:`CHAPTERS`::
+The figure on the intro page (``book/images/learning_path.svg``). One row per chapter and per
+appendix, in the order of ``_toc.yml``: its number and title, the modules of ``vit_tutorial`` it
+builds (filled) and those of earlier chapters it uses (in grey); a last row for the exercises,
+which every chapter grades with ``vit_tutorial.exercises``. The rows come from :data:`CHAPTERS`
+and :data:`APPENDICES`; ``tests/test_learning_path.py`` checks them against ``_toc.yml`` and the
+pages' imports, that every label fits its box, and that the committed file is what this script
+draws. Regenerate it after changing a row::
 
     .venv/bin/python tools/learning_path.py            # writes book/images/learning_path.svg
 
-The SVG is deterministic: a fixed ``svg.hashsalt``, no date in its metadata, and matplotlib's
-default style whatever the caller's settings.
+The boxes are sized from the text extents that matplotlib's renderer measures, not from a
+guessed width per character. The SVG is deterministic: a fixed ``svg.hashsalt``, no date in its
+metadata, and matplotlib's default style whatever the caller's settings.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
@@ -29,7 +34,7 @@ OUT = ROOT / "book" / "images" / "learning_path.svg"
 
 @dataclass(frozen=True)
 class Chapter:
-    """One row: the chapter's file in ``_toc.yml``, a short title, and modules of vit_tutorial."""
+    """One row: the page's file in ``_toc.yml``, a short title, and modules of vit_tutorial."""
 
     file: str
     title: str
@@ -73,15 +78,33 @@ CHAPTERS = (
         ("data", "losses", "patches", "positional", "vit", "interop"),
     ),
 )
+# The appendices, lettered A, B, ...: they build no module, they time those of the chapters.
+APPENDICES = (
+    Chapter(
+        "book/appendix_performance",
+        "Making a ViT fast",
+        (),
+        ("attention", "measure", "vit", "interop"),
+    ),
+)
 EXERCISES = "exercises"  # the module every chapter's exercises import
 
 # Sizes in inches (the figure is 6.9 in wide: the ~690-px column at 100 dpi) and points.
-WIDTH, ROW, TOP = 6.9, 0.56, 0.42
-CHAPTER_X, CHAPTER_W, CHIP_X = 0.04, 2.2, 2.62
-CHAR_W, PAD, GAP = 0.076, 0.14, 0.08  # monospace 9.5 pt: ~0.6 em per character
-FONT, SMALL = 10, 9
-BLUE, BLUE_EDGE, CHIP, GREY = "#dbe8f6", "#4a7ab5", "#f6d7a7", "#595959"
+WIDTH, DPI, ROW, TOP = 6.9, 100, 0.56, 0.42
+CHAPTER_X, BOX_H, CHIP_H = 0.04, 0.34, 0.24
+TEXT_PAD, CHIP_PAD, GAP, ARROW = 0.1, 0.1, 0.08, 0.3  # text to box edge, chip gap, arrow length
+FONT, CHIP_FONT, SMALL = 10, 9.5, 9
+BLUE, BLUE_EDGE, CHIP, CHIP_EDGE, GREY = "#dbe8f6", "#4a7ab5", "#f6d7a7", "#b07a2a", "#595959"
 RC = {"svg.hashsalt": "vit-tutorial-learning-path", "font.family": "DejaVu Sans"}
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    """Matplotlib's defaults plus :data:`RC`, whatever the caller's settings."""
+    with mpl.rc_context():
+        mpl.rcdefaults()
+        mpl.rcParams.update(RC)
+        yield
 
 
 def _box(ax, x: float, y: float, w: float, h: float, face: str, edge: str) -> None:
@@ -104,56 +127,68 @@ def _arrow(ax, start: tuple[float, float], end: tuple[float, float]) -> None:
     )
 
 
-def _row(ax, y: float, label: str, builds: tuple[str, ...], uses: str, face: str) -> None:
-    """One row: the box on the left, an arrow, the module chips, and the grey 'uses' line."""
-    _box(ax, CHAPTER_X, y, CHAPTER_W, 0.34, face, BLUE_EDGE)
-    ax.text(CHAPTER_X + 0.1, y, label, fontsize=FONT, va="center")
-    top = y - (0.09 if uses else 0.0)  # the chips move up to make room for the grey line
-    _arrow(ax, (CHAPTER_X + CHAPTER_W + 0.04, top), (CHIP_X - 0.06, top))
-    x = CHIP_X
-    for module in builds:
-        w = CHAR_W * len(module) + 2 * PAD
-        _box(ax, x, top, w, 0.24, CHIP, "#b07a2a")
-        ax.text(x + w / 2, top, module, fontsize=9.5, family="monospace", ha="center", va="center")
-        x += w + GAP
-    if uses:
-        ax.text(CHIP_X, y + 0.17, uses, fontsize=SMALL, color=GREY, va="center")
+def _width(fig: Figure, text: str, **style) -> float:
+    """How wide ``text`` is drawn, in inches, as the figure's renderer measures it."""
+    probe = fig.text(0, 0, text, **style)
+    width = probe.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    probe.remove()
+    return width
+
+
+def _rows() -> list[tuple[str, Chapter | None]]:
+    """The label of every row and its chapter or appendix (``None`` for the exercises)."""
+    rows = [(f"{i + 1}.  {c.title}", c) for i, c in enumerate(CHAPTERS)]
+    rows += [(f"{chr(ord('A') + i)}.  {a.title}", a) for i, a in enumerate(APPENDICES)]
+    return [*rows, ("Exercises, in every chapter", None)]
 
 
 def draw() -> Figure:
-    """The learning-path figure, 6.9 in wide, one row per chapter and one for the exercises."""
-    height = TOP + ROW * (len(CHAPTERS) + 1) + 0.05
-    fig = Figure(figsize=(WIDTH, height), dpi=100)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set(xlim=(0, WIDTH), ylim=(height, 0))
-    ax.axis("off")
-    ax.text(CHAPTER_X, 0.16, "chapter", fontsize=FONT, weight="bold", va="center")
-    ax.text(
-        CHIP_X,
-        0.16,
-        "modules of vit_tutorial it builds (in grey: uses)",
-        fontsize=FONT,
-        weight="bold",
-        va="center",
-    )
-    for i, chapter in enumerate(CHAPTERS):
-        y = TOP + ROW * (i + 0.5)
-        uses = f"also uses {', '.join(chapter.uses)}" if chapter.uses else ""
-        _row(ax, y, f"{i + 1}.  {chapter.title}", chapter.builds, uses, BLUE)
-        if i + 1 < len(CHAPTERS):  # the path goes on to the next chapter
-            _arrow(ax, (0.3, y + 0.17), (0.3, y + ROW - 0.17))
-    y = TOP + ROW * (len(CHAPTERS) + 0.5)
-    _row(
-        ax, y, "Exercises, in every chapter", (EXERCISES,), "a checker for each exercise", "#eeeeee"
-    )
+    """The learning-path figure, 6.9 in wide: a row per chapter and appendix, one for exercises."""
+    rows = _rows()
+    height = TOP + ROW * len(rows) + 0.05
+    with _style():
+        fig = Figure(figsize=(WIDTH, height), dpi=DPI)
+        FigureCanvasAgg(fig)  # a renderer to measure the text with
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set(xlim=(0, WIDTH), ylim=(height, 0))
+        ax.axis("off")
+        box_w = max(_width(fig, label, fontsize=FONT) for label, _ in rows) + 2 * TEXT_PAD
+        chip_x = CHAPTER_X + box_w + ARROW
+        ax.text(CHAPTER_X, 0.16, "chapter", fontsize=FONT, weight="bold", va="center")
+        header = "modules of vit_tutorial it builds (in grey: uses)"
+        ax.text(chip_x, 0.16, header, fontsize=FONT, weight="bold", va="center")
+        for i, (label, chapter) in enumerate(rows):
+            y = TOP + ROW * (i + 0.5)
+            if chapter is None:
+                builds, uses, face = (EXERCISES,), "a checker for each exercise", "#eeeeee"
+            else:
+                builds, face = chapter.builds, BLUE
+                uses = (
+                    f"{'also uses' if builds else 'no new module; uses'} {', '.join(chapter.uses)}"
+                )
+                uses = uses if chapter.uses else ""
+            _box(ax, CHAPTER_X, y, box_w, BOX_H, face, BLUE_EDGE)
+            ax.text(CHAPTER_X + TEXT_PAD, y, label, fontsize=FONT, va="center")
+            if i + 2 < len(rows):  # the path goes on to the next chapter or appendix
+                _arrow(ax, (0.3, y + BOX_H / 2), (0.3, y + ROW - BOX_H / 2))
+            line = y - (0.09 if uses and builds else 0.0)  # chips move up for the grey line
+            _arrow(ax, (CHAPTER_X + box_w + 0.04, line), (chip_x - 0.06, line))
+            x = chip_x
+            for module in builds:
+                w = _width(fig, module, fontsize=CHIP_FONT, family="monospace") + 2 * CHIP_PAD
+                _box(ax, x, line, w, CHIP_H, CHIP, CHIP_EDGE)
+                style = {"fontsize": CHIP_FONT, "family": "monospace"}
+                ax.text(x + w / 2, line, module, ha="center", va="center", **style)
+                x += w + GAP
+            if uses:
+                grey_y = y + 0.17 if builds else y
+                ax.text(chip_x, grey_y, uses, fontsize=SMALL, color=GREY, va="center")
     return fig
 
 
 def write(path: Path = OUT) -> Path:
     """Draw the figure and save it as a deterministic SVG at ``path``; return ``path``."""
-    with mpl.rc_context():
-        mpl.rcdefaults()
-        mpl.rcParams.update(RC)
+    with _style():
         path.parent.mkdir(parents=True, exist_ok=True)
         draw().savefig(path, format="svg", metadata={"Date": None})
     return path
