@@ -6,13 +6,17 @@ whether the kernel used the GPU and how much memory it took. A notebook fails wh
 raises. Online-only cells stay off (``RUN_ONLINE`` is unset), as on a machine without
 internet.
 
-Usage: ``python tools/gpu_checklist.py --out REPORT.md book/*.ipynb book/solutions/*.ipynb``
-Exit status 1 when a notebook fails.
+``--jobs N`` runs N notebooks at a time (each in its own process and kernel); the report
+is rewritten as each one finishes, so a run cut short still leaves one.
+
+Usage: ``python tools/gpu_checklist.py [--jobs 3] --out REPORT.md book/*.ipynb
+book/solutions/*.ipynb``. Exit status 1 when a notebook fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import platform
@@ -58,42 +62,48 @@ def run(path: Path, timeout: int) -> dict:
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("notebooks", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=int, default=900)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("no CUDA device: this checklist needs a GPU", file=sys.stderr)
-        return 2
-    rows = []
-    for path in args.notebooks:
-        rows.append(run(path, args.timeout))
-        r = rows[-1]
-        print(
-            f"{path}: {'ok' if r['ok'] else 'FAILED'} in {r['seconds']} s, "
-            f"GPU used: {r.get('cuda_used')} {r['error']}",
-            flush=True,
-        )
+def report(rows: list[dict], out: Path) -> None:
     lines = [
         "# Every notebook executed on a CUDA GPU",
         "",
         f"- device: {torch.cuda.get_device_name(0)}",
         f"- date: {datetime.date.today().isoformat()}",
         f"- torch {torch.__version__}, Python {platform.python_version()}",
-        f"- command: `python tools/gpu_checklist.py --out {args.out} ...`",
+        f"- command: `python {' '.join(sys.argv)}`",
         "",
         "| notebook | result | seconds | used the GPU | peak GPU memory (MiB) |",
         "|---|---|---|---|---|",
     ]
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["notebook"]):
         status = "ok" if r["ok"] else f"FAILED: {r['error']}"
         lines.append(
             f"| {r['notebook']} | {status} | {r['seconds']} | "
             f"{'yes' if r.get('cuda_used') else 'no'} | {r.get('max_memory_mib', 0)} |"
         )
-    args.out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=int, default=900, help="per cell, in seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks at a time")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: this checklist needs a GPU", file=sys.stderr)
+        return 2
+    rows = []
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run, path, args.timeout) for path in args.notebooks]
+        for future in concurrent.futures.as_completed(futures):
+            rows.append(r := future.result())
+            print(
+                f"{r['notebook']}: {'ok' if r['ok'] else 'FAILED'} in {r['seconds']} s, "
+                f"GPU used: {r.get('cuda_used')} {r['error']}",
+                flush=True,
+            )
+            report(rows, args.out)
     return 0 if all(r["ok"] for r in rows) else 1
 
 
