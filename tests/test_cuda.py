@@ -9,6 +9,7 @@ import torch
 
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import evaluate, fit
+from vit_tutorial.losses import HardDistillation
 from vit_tutorial.vit import VisionTransformer
 
 from tiny_models import Crash, blobs, tiny_vit
@@ -32,7 +33,7 @@ def with_random_head(model):
     return model
 
 
-ARGS = dict(epochs=4, lr=3e-3, weight_decay=0.05, warmup_epochs=1, progress=False)
+ARGS = dict(epochs=8, lr=3e-3, weight_decay=0.05, warmup_epochs=1, progress=False)
 
 
 @pytest.mark.parametrize("stem", ["patch", "conv"])
@@ -47,6 +48,15 @@ def test_forward_on_cuda_matches_the_cpu(stem, fused):
         cpu = model(x)
         gpu = model.cuda()(x.cuda()).cpu()
     torch.testing.assert_close(gpu, cpu, atol=1e-4, rtol=1e-4)
+
+
+def test_evaluate_runs_a_model_where_its_weights_are():
+    torch.manual_seed(0)
+    model = tiny_vit()
+    evaluate(model, loaders()[1])  # "auto": the CPU, where the model is
+    assert next(model.parameters()).device.type == "cpu"
+    evaluate(model.cuda(), loaders()[1])
+    assert next(model.parameters()).device.type == "cuda"
 
 
 def test_bf16_autocast_stays_close_to_fp32():
@@ -70,7 +80,7 @@ def test_fit_learns_on_cuda_with_each_precision(amp, tmp_path):
     assert next(model.parameters()).device.type == "cuda"
     assert history["val_acc"][-1] > 0.9
     state = torch.load(path, weights_only=True)
-    assert (state["scaler"] is not None) == (amp == "fp16")  # the GradScaler only for fp16
+    assert bool(state["scaler"]) == (amp == "fp16")  # a GradScaler state only for fp16
 
 
 def test_fp16_resume_restores_the_grad_scaler_and_cuda_rng(tmp_path):
@@ -109,6 +119,7 @@ def test_distillation_on_cuda():
     teacher = tiny_vit()
     fit(teacher, *loaders(), **ARGS, device="cuda")
     student = tiny_vit(distilled=True)
-    history = fit(student, *loaders(), **ARGS, device="cuda", teacher=teacher)
+    loss = HardDistillation(teacher.eval())
+    history = fit(student, *loaders(), **ARGS, device="cuda", loss=loss)
     assert history["val_acc"][-1] > 0.9
     assert evaluate(student, loaders()[1], "cuda")["accuracy"] > 0.9

@@ -191,7 +191,11 @@ def predict(
     model: nn.Module, loader: DataLoader, device: Device = "auto", amp: str | None = "auto"
 ) -> tuple[Tensor, Tensor]:
     """``(logits (B, num_classes), labels (B,))`` over a whole loader, on the CPU, in float32;
-    ValueError when ``loader`` yields no batches. A :class:`torch.device` is used as it is."""
+    ValueError when ``loader`` yields no batches. ``'auto'`` runs the model where its weights
+    are (a model trained on the CPU stays there, on a GPU machine too); a
+    :class:`torch.device` is used as it is."""
+    if str(device) == "auto":
+        device = next((p.device for p in model.parameters()), None) or resolve_device()
     device = device if isinstance(device, torch.device) else resolve_device(device)
     dtype = _amp_dtype(amp, device)
     was_training = model.training
