@@ -232,6 +232,54 @@ def test_committed_pretraining_results():
         assert sha256(path) == entry["sha256"], name
 
 
+def check_seeded_summary(record: dict) -> None:
+    """The summary of pretraining_seeds.json is the one its runs give."""
+    groups: dict = {}
+    for r in record["runs"]:
+        groups.setdefault((r["mode"], r["start"], r["per_class"]), []).append(r)
+    assert len(record["summary"]) == len(groups)
+    for row in record["summary"]:
+        runs = sorted(groups[row["mode"], row["start"], row["per_class"]], key=lambda r: r["seed"])
+        assert row["seeds"] == [r["seed"] for r in runs]
+        assert row["test_accuracy"] == [r["test_accuracy"] for r in runs]
+        assert row["min"] <= row["mean"] <= row["max"]
+
+
+def test_pretraining_seeds_quick_resumes(tmp_path):
+    out, weights = tmp_path / "seeds.json", tmp_path / "weights"
+    command = [sys.executable, "benchmarks/pretraining_seeds.py", "--quick", "--out", str(out)]
+    command += ["--weights", str(weights)]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "pretraining_seeds" and record["quick"] is True
+    check_provenance(record, "pretraining_seeds.py", [0])
+    assert {(r["mode"], r["start"]) for r in record["runs"]} == FEW_LABEL_RUNS
+    for entry in record["pretraining"]:  # each encoder's weights, with their hash
+        assert sha256(weights / f"{entry['start']}-s0.pt") == entry["sha256"]
+    check_seeded_summary(record)
+    # a second run finds every run in the log and trains nothing
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert ": test " not in second.stdout and "pretrain-" not in second.stdout
+    assert len(out.with_suffix(".jsonl").read_text().splitlines()) == 7
+
+
+def test_committed_pretraining_seeds_results():
+    record = json.loads((ROOT / "benchmarks/results/pretraining_seeds.json").read_text())
+    assert record["benchmark"] == "pretraining_seeds" and record["quick"] is False
+    assert record["provenance"]["seeds"] == [0, 1, 2]
+    # equal pre-training: both encoders, every seed, the same epochs
+    assert {(r["start"], r["seed"], r["epochs"]) for r in record["pretraining"]} == {
+        (name, seed, 10) for name in ("mae", "supervised") for seed in (0, 1, 2)
+    }
+    hashes = {(r["start"], r["seed"]): r["sha256"] for r in record["pretraining"]}
+    for r in record["runs"]:  # each fine-tuning started from its seed's encoder
+        assert r["encoder_sha256"] == hashes.get((r["start"], r["seed"]))
+    assert len(record["runs"]) == 45 and {len(r["seeds"]) for r in record["summary"]} == {3}
+    check_seeded_summary(record)
+
+
 # --- speed against torchvision and timm -----------------------------------------------------
 
 SPEED_CASES_CPU = [

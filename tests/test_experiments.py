@@ -20,6 +20,7 @@ from vit_tutorial.experiments.ch08 import (
     RunSpec,
     build_model,
     load_teacher,
+    resnet8_greyscale,
     resnet18_greyscale,
     run,
 )
@@ -144,6 +145,29 @@ def test_greyscale_resnet_takes_numpy_integers():
     assert model.conv1.in_channels == 1 and model.fc.out_features == 5
 
 
+def test_resnet8_matches_the_vit_in_parameters_and_flops():
+    from torch.utils.flop_counter import FlopCounterMode
+    from torchvision.models.resnet import BasicBlock
+
+    def cost(model):
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model.eval()(torch.zeros(1, 1, 28, 28))
+        return sum(p.numel() for p in model.parameters()), counter.get_total_flops()
+
+    (params, flops), (vit_params, vit_flops) = (
+        cost(build_model("resnet8")),
+        cost(build_model("vit")),
+    )
+    assert abs(params / vit_params - 1) < 0.02 and abs(flops / vit_flops - 1) < 0.02
+    model = resnet8_greyscale(3, 5)
+    blocks = [m for m in model if isinstance(m, BasicBlock)]  # torchvision's own blocks
+    assert [b.conv2.out_channels for b in blocks] == [32, 40, 80]
+    assert [b.downsample is None for b in blocks] == [True, False, False]
+    assert model(torch.zeros(2, 3, 28, 28)).shape == (2, 5)
+    with pytest.raises(TypeError, match="num_classes must be an integer"):
+        resnet8_greyscale(num_classes=2.0)
+
+
 def test_build_model_matches_the_cpu_recipe_and_the_stems():
     hybrid, vit = build_model("hybrid"), build_model("vit")
     assert isinstance(hybrid, VisionTransformer) and isinstance(vit, VisionTransformer)
@@ -164,6 +188,7 @@ def test_build_model_matches_the_cpu_recipe_and_the_stems():
         (dict(name="resnet18", distilled=True), "apply to the ViTs, not to 'resnet18'"),
         (dict(name="resnet18", pool="cls"), "apply to the ViTs, not to 'resnet18'"),
         (dict(name="resnet18", drop_path=0.1), "apply to the ViTs, not to 'resnet18'"),
+        (dict(name="resnet8", pool="cls"), "apply to the ViTs, not to 'resnet8'"),
     ],
 )
 def test_build_model_errors(kwargs, message):
