@@ -184,10 +184,8 @@ def resolution_runs(args, encoders: dict) -> list[dict]:
     for seed in args.seeds:
         per_class, eval_size = quick.get("per_class", TARGET_PER_CLASS), quick.get("eval_size")
         data = ch09.labelled_data(per_class, seed, image_size=RESOLUTION, eval_size=eval_size)
-        for table in ("interpolated", "fresh"):
-            model = ch09.at_resolution(
-                ch09.start("mae", seed, encoders), RESOLUTION, interpolate=table == "interpolated"
-            )
+        for table in ch09.TABLES:
+            model = ch09.at_resolution(ch09.start("mae", seed, encoders), RESOLUTION, table=table)
             result = tune(model, data, epochs, args)
             rows.append(row("finetune", f"mae-{table}", TARGET_PER_CLASS, seed, result))
     return rows

@@ -205,7 +205,11 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
     assert again["target"] == target
     assert {r["per_class"] for r in again["labels"]["runs"]} == {10, 1000}
     assert {r["start"] for r in again["digits"]["runs"]} == {"scratch", "mae"}
-    assert {r["start"] for r in again["resolution"]["runs"]} == {"mae-interpolated", "mae-fresh"}
+    assert {r["start"] for r in again["resolution"]["runs"]} == {
+        "mae-interpolated",
+        "mae-fresh",
+        "mae-sincos",
+    }
     for part in ("labels", "digits", "resolution"):
         check_pretraining_part(again[part], [0])
     # weights that do not match their recorded hash are refused

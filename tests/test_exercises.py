@@ -335,7 +335,7 @@ def test_the_mixup_reference_is_torchvisions_mixup_with_the_same_lam(alpha, seed
 def masking_by_randperm(tokens, mask_ratio, generator):
     """Another correct answer: a permutation per image, the kept tokens sorted by position."""
     b, n, d = tokens.shape
-    keep = n - round(n * mask_ratio)
+    keep = int(n * (1 - mask_ratio))  # MAE's count
     perms = [torch.randperm(n, generator=generator) for _ in range(b)]
     ids_shuffle = torch.stack([torch.cat([p[:keep].sort()[0], p[keep:]]) for p in perms])
     ids_restore = ids_shuffle.argsort(dim=1)
@@ -637,18 +637,18 @@ def masking_with(mistake):
     def mask_tokens(tokens, mask_ratio, generator):
         b, n, d = tokens.shape
         x = n * mask_ratio
-        hidden = {"int": int(x), "ceil": math.ceil(x), "half up": int(x + 0.5)}.get(
-            mistake, round(x)
-        )
-        keep = {"MAE's int": int(n * (1 - mask_ratio)), "round kept": round(n - x)}.get(
-            mistake, n - hidden
-        )
+        keep = {  # MAE's count, int(N·(1 - mask_ratio)), unless the mistake is the count
+            "int": n - int(x),
+            "round": n - round(x),
+            "half up": n - int(x + 0.5),
+            "round kept": round(n - x),
+        }.get(mistake, int(n * (1 - mask_ratio)))
         noise = {
             "one mask": lambda: torch.rand(1, n, generator=generator).expand(b, n),
             "global": lambda: torch.rand(b, n),
             "seed 0": lambda: torch.rand(b, n, generator=torch.Generator().manual_seed(0)),
         }.get(mistake, lambda: torch.rand(b, n, generator=generator))()
-        ids_shuffle = torch.arange(n).expand(b, n) if mistake == "first K" else noise.argsort(1)
+        ids_shuffle = torch.arange(n).expand(b, n) if mistake == "first" else noise.argsort(1)
         if mistake == "twice":
             ids_shuffle = torch.cat([ids_shuffle[:, :1], ids_shuffle[:, :-1]], dim=1)
         ids_restore = ids_shuffle.argsort(dim=1)
@@ -865,17 +865,12 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_mixup", mixup_with("roll -1"), "roll(-1, 0)"),
     ("check_mixup", mixup_with("no num_classes"), "not num_classes"),
     ("check_random_masking", masking_with("int"), "hiding int(N·mask_ratio)"),
-    ("check_random_masking", masking_with("ceil"), "hiding math.ceil(N·mask_ratio)"),
-    ("check_random_masking", masking_with("half up"), "halves rounded up"),
-    (
-        "check_random_masking",
-        masking_with("MAE's int"),
-        "int(N·(1 - mask_ratio)), as MAE's code does",
-    ),
+    ("check_random_masking", masking_with("round"), "hiding round(N·mask_ratio)"),
+    ("check_random_masking", masking_with("half up"), "keep N_keep = int(N·(1 - mask_ratio))"),
     ("check_random_masking", masking_with("round kept"), "keeping round(N·(1 - mask_ratio))"),
-    ("check_random_masking", masking_with("int"), "round(7.5) == 8, round(2.5) == 2"),
+    ("check_random_masking", masking_with("int"), "as MAE's code (len_keep in models_mae.py)"),
     ("check_random_masking", masking_with("one mask"), "same mask for the whole batch"),
-    ("check_random_masking", masking_with("first K"), "you keep the first K"),
+    ("check_random_masking", masking_with("first"), "you keep the first N_keep"),
     ("check_random_masking", masking_with("shuffled"), "mask is in shuffled order"),
     ("check_random_masking", masking_with("inverted"), "mask is inverted"),
     ("check_random_masking", masking_with("bool"), "mask must be float"),

@@ -41,6 +41,7 @@ from vit_tutorial.experiments.ch09 import (
 )
 from vit_tutorial.finetune import finetune
 from vit_tutorial.mae import MaskedAutoencoder
+from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.recipes import RECIPES
 from vit_tutorial.vit import VisionTransformer
 
@@ -396,11 +397,14 @@ def test_at_resolution_interpolates_or_replaces_the_position_table():
     bigger = at_resolution(model, 40).eval()
     assert bigger.grid_size == (10, 10) and bigger.config.image_size == 40
     assert bigger.pos_embed.weight.shape == (1, 100, 64)
-    fresh = at_resolution(model, 40, interpolate=False)
+    fresh = at_resolution(model, 40, table="fresh")
+    exact = at_resolution(model, 40, table="sincos")
     assert not torch.allclose(fresh.pos_embed.weight, bigger.pos_embed.weight)
+    assert torch.equal(exact.pos_embed.weight[0], sinusoidal_2d((10, 10), 64))
     for name, tensor in bigger.state_dict().items():
         if name != "pos_embed.weight":
             assert torch.equal(fresh.state_dict()[name], tensor), name
+            assert torch.equal(exact.state_dict()[name], tensor), name
     # the interpolated table keeps the coarse layout: its corners are the old corners'
     old = model.pos_embed.weight[0].view(7, 7, 64)
     new = bigger.pos_embed.weight[0].view(10, 10, 64)
@@ -412,20 +416,20 @@ def test_at_resolution_interpolates_or_replaces_the_position_table():
 def test_at_resolution_leaves_the_callers_model_alone():
     model = vit()
     before = {name: t.clone() for name, t in model.state_dict().items()}
-    fresh = at_resolution(model, 28, interpolate=False)  # the same size: a new table
+    fresh = at_resolution(model, 28, table="fresh")  # the same size: a new table
     assert fresh is not model and not torch.equal(fresh.pos_embed.weight, model.pos_embed.weight)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
-    at_resolution(model, 40, interpolate=False)
+    at_resolution(model, 40, table="sincos")
     assert torch.equal(model.pos_embed.weight, before["pos_embed.weight"])
 
 
 def test_at_resolution_refuses_a_table_it_cannot_redraw():
-    with pytest.raises(TypeError, match="interpolate must be True or False, got 'no'"):
-        at_resolution(vit(), 40, interpolate="no")
+    with pytest.raises(ValueError, match="table must be one of .*, got 'no'"):
+        at_resolution(vit(), 40, table="no")
     sincos = VisionTransformer(**ENCODER, pool="mean", num_classes=10, pos_embed="sincos2d")
-    with pytest.raises(ValueError, match="draws a learned table; pos_embed is 'sincos2d'"):
-        at_resolution(sincos, 40, interpolate=False)
+    with pytest.raises(ValueError, match="replaces a learned table; pos_embed is 'sincos2d'"):
+        at_resolution(sincos, 40, table="fresh")
 
 
 @pytest.mark.parametrize("training", [False, True])

@@ -15,8 +15,8 @@ AdamW betas, ``FitSettings(..., betas=(0.9, 0.95))`` (Appendix A.1). The encoder
 ``pool='mean'`` :class:`~vit_tutorial.vit.VisionTransformer`'s (no class token, mean-pooled,
 which works as well: Appendix A.1), and :meth:`to_vit` moves its weights into one to fine-tune.
 
-Shapes: B images, N = Gh·Gw patches, K = N - round(N · mask_ratio) visible patches, D encoder
-width, D' decoder width, P patch side, C channels.
+Shapes: B images, N = Gh·Gw patches, N_keep = int(N · (1 - mask_ratio)) visible patches, D
+encoder width, D' decoder width, P patch side, C channels.
 
 Example:
     >>> mae = MaskedAutoencoder(image_size=28, patch_size=4, in_channels=1, dim=32, depth=1,
@@ -56,9 +56,11 @@ class MAEOutput(NamedTuple):
 
 
 def num_visible(num_patches: int, mask_ratio: float) -> int:
-    """K = N - round(N · mask_ratio), the patches kept of N; ValueError when that is none."""
+    """N_keep = int(N · (1 - mask_ratio)), the patches kept of N, as MAE's ``random_masking``
+    counts them (``len_keep``, ``models_mae.py``), floating point included (``int(20 · (1 -
+    0.9))`` is ``int(1.999…)`` = 1); ValueError when that is none."""
     ratio = check_real("mask_ratio", mask_ratio, 0, 1, high_open=True)
-    if (keep := num_patches - round(num_patches * ratio)) < 1:
+    if (keep := int(num_patches * (1 - ratio))) < 1:
         raise ValueError(f"mask_ratio={ratio} hides all {num_patches} tokens; keep at least one")
     return keep
 
@@ -67,12 +69,12 @@ def random_masking(
     tokens: Tensor, mask_ratio: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Keep a random subset of each image's tokens, as MAE does (a per-image shuffle):
-    ``(visible (B, K, D), mask (B, N), ids_restore (B, N))``.
+    ``(visible (B, N_keep, D), mask (B, N), ids_restore (B, N))``.
 
     Each token of ``tokens`` ``(B, N, D)`` gets uniform noise from ``generator`` (default:
-    torch's global one); the K (:func:`num_visible`) tokens with the smallest noise
-    are kept, in that random order (``mask_ratio`` in ``[0, 1)``): every image keeps exactly K,
-    so a batch's form one dense tensor. ``mask`` is in the original order, 1.0 = hidden;
+    torch's global one); the N_keep (:func:`num_visible`) tokens with the smallest noise
+    are kept, in that random order (``mask_ratio`` in ``[0, 1)``): every image keeps exactly
+    N_keep, so a batch's form one dense tensor. ``mask`` is in the original order, 1.0 = hidden;
     ``ids_restore`` is the permutation that puts ``[visible, hidden]`` back into that order.
 
     Example:
@@ -92,7 +94,7 @@ def random_masking(
     ids_restore = ids_shuffle.argsort(dim=1)
     visible = tokens.gather(1, ids_shuffle[:, :keep, None].expand(-1, -1, d))
     mask = torch.ones(b, n, device=tokens.device)
-    mask[:, :keep] = 0  # in shuffled order: the first K are visible
+    mask[:, :keep] = 0  # in shuffled order: the first N_keep are visible
     return visible, mask.gather(1, ids_restore), ids_restore
 
 
@@ -197,16 +199,16 @@ class MaskedAutoencoder(nn.Module):
     def forward_encoder(
         self, images: Tensor, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Encode the visible patches: ``(latent (B, K, D), mask (B, N), ids_restore)``."""
+        """Encode the visible patches: ``(latent (B, N_keep, D), mask (B, N), ids_restore)``."""
         tokens = self.patch_embed(images) + self.pos_table  # (B, N, D), checks the images
         visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
         return self.norm(self.encoder(visible)), mask, ids_restore
 
     def forward_decoder(self, latent: Tensor, ids_restore: Tensor) -> Tensor:
         """Predict every patch's pixels ``(B, N, P·P·C)`` from the encoded visible tokens."""
-        x = self.decoder_embed(latent)  # (B, K, D')
+        x = self.decoder_embed(latent)  # (B, N_keep, D')
         b, k, d = x.shape
-        hidden = self.mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - K, D')
+        hidden = self.mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - N_keep, D')
         x = torch.cat([x, hidden], dim=1)  # [visible, hidden], in shuffled order
         x = x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))  # original order
         x = self.decoder(x + self.decoder_pos_table)

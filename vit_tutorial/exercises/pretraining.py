@@ -183,7 +183,7 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
 def _decoder_tokens(latent: Tensor, mask_token: Tensor, ids_restore: Tensor) -> Tensor:
     """The reference, as :meth:`~vit_tutorial.mae.MaskedAutoencoder.forward_decoder`."""
     b, k, d = latent.shape
-    hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - K, D')
+    hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - N_keep, D')
     x = torch.cat([latent, hidden], dim=1)  # [visible, hidden], in shuffled order
     return x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))  # original order
 
@@ -193,7 +193,7 @@ def _decoder_mistakes(
 ) -> list[tuple[str, Tensor]]:
     """The tokens that each usual mistake makes, with its explanation."""
     b, k, d = latent.shape
-    hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - K, D')
+    hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - N_keep, D')
     index = ids_restore[:, :, None].expand(-1, -1, d)
     shuffled = torch.cat([latent, hidden], dim=1)
     ids_shuffle = ids_restore.argsort(dim=1)
@@ -220,7 +220,7 @@ def _decoder_mistakes(
         ),
         (
             "the hidden places hold zeros: fill them with copies of mask_token, "
-            "mask_token.expand(B, N - K, -1)",
+            "mask_token.expand(B, N - N_keep, -1)",
             _decoder_tokens(latent, torch.zeros_like(mask_token), ids_restore),
         ),
     ]
@@ -235,7 +235,7 @@ def _decoder_output(fn: Callable, args: tuple, shape: tuple, where: str, one_pas
             raise
         raise AssertionError(
             f"{error}; it worked for one image: the mask tokens must be copied for every "
-            "image, mask_token.expand(B, N - K, -1), mask_token being (1, 1, D')"
+            "image, mask_token.expand(B, N - N_keep, -1), mask_token being (1, 1, D')"
         ) from error.__cause__
     if isinstance(got, Tensor) and got.shape == (*shape[:2], 1):
         raise AssertionError(
@@ -254,10 +254,10 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
     """Grade a learner's ``fn(latent, mask_token, ids_restore) -> tokens``, the decoder's
     input.
 
-    ``latent`` ``(B, K, D')`` holds the visible tokens in shuffled order, ``mask_token``
+    ``latent`` ``(B, N_keep, D')`` holds the visible tokens in shuffled order, ``mask_token``
     ``(1, 1, D')`` the learned token shared by all hidden places, and ``ids_restore``
     ``(B, N)`` the permutation that :func:`~vit_tutorial.mae.random_masking` returned. The
-    answer appends ``N - K`` copies of the mask token to each image's ``latent`` and puts
+    answer appends ``N - N_keep`` copies of the mask token to each image's ``latent`` and puts
     the ``N`` tokens back in the original order with ``ids_restore``, ``(B, N, D')``, as
     :meth:`~vit_tutorial.mae.MaskedAutoencoder.forward_decoder` does before it adds the
     positions. Inputs come in float32 and float64.
@@ -267,10 +267,10 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
 
     Example:
         >>> check_decoder_tokens(_decoder_tokens)
-        Correct! check_decoder_tokens: the visible tokens and N - K mask tokens, back in
+        Correct! check_decoder_tokens: the visible tokens and N - N_keep mask tokens, back in
         the original order, on 4 cases (float32 and float64).
     """
-    cases = [  # B, N, K, D', dtype
+    cases = [  # B, N, N_keep, D', dtype
         (1, 6, 2, 8, torch.float32),
         (3, 8, 3, 12, torch.float32),
         (2, 6, 1, 8, torch.float64),
@@ -281,7 +281,7 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         latent = torch.randn(b, k, d, dtype=dtype)
         mask_token = torch.randn(1, 1, d, dtype=dtype)
         ids_restore = torch.rand(b, n).argsort(dim=1).argsort(dim=1)
-        where = f"B={b}, N={n} tokens, K={k} visible, D'={d}, {dtype_name(dtype)}"
+        where = f"B={b}, N={n} tokens, N_keep={k} visible, D'={d}, {dtype_name(dtype)}"
         args = (latent.clone(), mask_token.clone(), ids_restore.clone())
         got = _decoder_output(fn, args, (b, n, d), where, one_passed)
         one_passed |= b == 1
@@ -296,6 +296,6 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         raise AssertionError(f"for {where}: {hint}")
     passed(
         "check_decoder_tokens",
-        "the visible tokens and N - K mask tokens, back in the original order, on "
+        "the visible tokens and N - N_keep mask tokens, back in the original order, on "
         f"{len(cases)} cases (float32 and float64).",
     )

@@ -17,22 +17,20 @@ __all__ = ["check_random_masking"]
 
 
 def _kept_count_hint(n: int, ratio: float, kept: int) -> str:
-    """Why keeping ``kept`` of ``n`` tokens is wrong: the package keeps n - round(n·ratio)."""
-    hidden = n - num_visible(n, ratio)
+    """Why keeping ``kept`` of ``n`` tokens is wrong: the package keeps int(n·(1 - ratio))."""
+    keep = num_visible(n, ratio)
     others = {  # what a usual formula keeps, by its name
         "hiding int(N·mask_ratio)": n - int(n * ratio),
-        "hiding math.ceil(N·mask_ratio)": n - math.ceil(n * ratio),
-        "hiding int(N·mask_ratio + 0.5), halves rounded up": n - int(n * ratio + 0.5),
-        "keeping int(N·(1 - mask_ratio)), as MAE's code does": int(n * (1 - ratio)),
+        "hiding round(N·mask_ratio)": n - round(n * ratio),
         "keeping round(N·(1 - mask_ratio))": round(n * (1 - ratio)),
+        "hiding int(N·mask_ratio + 0.5), halves rounded up": n - int(n * ratio + 0.5),
     }
     yours = [name for name, k in others.items() if k == kept]
-    which = f" Your K comes from {'; or '.join(yours)}." if yours else ""
+    which = f" Your N_keep comes from {'; or '.join(yours)}." if yours else ""
     return (
-        f"you keep {kept} tokens per image ({n - kept} hidden); hide round(N·mask_ratio) = "
-        f"round({n * ratio:g}) = {hidden} and keep K = N - {hidden} = {n - hidden}, as the "
-        f"package does.{which} Python's round() takes a half to the even neighbour: "
-        "round(7.5) == 8, round(2.5) == 2"
+        f"you keep {kept} tokens per image ({n - kept} hidden); keep N_keep = "
+        f"int(N·(1 - mask_ratio)) = int({n * (1 - ratio):g}) = {keep}, as MAE's code "
+        f"(len_keep in models_mae.py) and the package do.{which}"
     )
 
 
@@ -46,7 +44,7 @@ def _masking_output(out: Any, b: int, n: int, d: int, keep: int, ratio: float, w
     visible, mask, ids_restore = out
     if not isinstance(visible, Tensor) or visible.ndim != 3 or shape_of(visible)[::2] != (b, d):
         raise AssertionError(
-            f"for {where}: visible must be (B, K, D) = ({b}, {keep}, {d}), the kept tokens "
+            f"for {where}: visible must be (B, N_keep, D) = ({b}, {keep}, {d}), the kept tokens "
             f"of each image, got {shape_of(visible)}"
         )
     if visible.shape[1] != keep:
@@ -62,8 +60,10 @@ def _masking_output(out: Any, b: int, n: int, d: int, keep: int, ratio: float, w
 
 def _kept_positions(visible: Tensor, tokens: Tensor, where: str) -> list[list[int]]:
     """For each image, which of its tokens each row of ``visible`` is."""
-    exact = visible.double()[:, :, None, None] == tokens.double()[None, None]  # (B, K, B', N, D)
-    hits = exact.all(-1)  # (B, K, B', N): row k of image b is token n of image b'
+    exact = (
+        visible.double()[:, :, None, None] == tokens.double()[None, None]
+    )  # (B, N_keep, B', N, D)
+    hits = exact.all(-1)  # (B, N_keep, B', N): row k of image b is token n of image b'
     positions = []
     for b, rows in enumerate(hits):
         found = []
@@ -80,22 +80,22 @@ def _kept_positions(visible: Tensor, tokens: Tensor, where: str) -> list[list[in
         twice = sorted({n for n in found if found.count(n) > 1})
         if twice:
             raise AssertionError(
-                f"for {where}: image {b} keeps token {twice[0]} twice: keep K distinct "
-                "tokens, the first K of a random permutation (noise.argsort(dim=1))"
+                f"for {where}: image {b} keeps token {twice[0]} twice: keep N_keep distinct "
+                "tokens, the first N_keep of a random permutation (noise.argsort(dim=1))"
             )
         positions.append(found)
     return positions
 
 
 def _check_random_choice(positions: list[list[int]], n: int, where: str) -> None:
-    """Not the first K tokens, and not one subset for the whole batch."""
+    """Not the first N_keep tokens, and not one subset for the whole batch."""
     b, keep = len(positions), len(positions[0])
     if keep == n:
         return
     if all(sorted(p) == list(range(keep)) for p in positions):
         raise AssertionError(
-            f"for {where}: you keep the first K = {keep} tokens of every image; keep a "
-            "random subset instead: the K tokens with the smallest of B×N uniform noises"
+            f"for {where}: you keep the first N_keep = {keep} tokens of every image; keep a "
+            "random subset instead: the N_keep tokens with the smallest of B×N uniform noises"
         )
     chance = math.comb(n, keep) ** (b - 1)  # 1 in `chance` to draw one subset for all
     if chance >= 10**6 and all(sorted(p) == sorted(positions[0]) for p in positions):
@@ -124,7 +124,7 @@ def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) ->
         hint = "the mask is inverted: 1.0 marks a hidden token, 0.0 a visible one"
     elif close(mask, shuffled, atol=0.0):
         hint = (
-            "the mask is in shuffled order (its first K entries are 0): put it back in "
+            "the mask is in shuffled order (its first N_keep entries are 0): put it back in "
             "the original order with mask.gather(1, ids_restore), so that mask[b, n] is "
             "about token n"
         )
@@ -185,9 +185,9 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     """Grade a learner's ``fn(tokens, mask_ratio, generator) -> (visible, mask,
     ids_restore)``, MAE's per-image random masking.
 
-    ``tokens`` are ``(B, N, D)``. Each image keeps ``K = N - round(N·mask_ratio)`` of its
-    tokens (Python's ``round``, as :func:`~vit_tutorial.mae.random_masking`), a random
-    subset of its own drawn from ``generator``: ``visible`` is ``(B, K, D)``; ``mask`` is
+    ``tokens`` are ``(B, N, D)``. Each image keeps ``N_keep = int(N·(1 - mask_ratio))`` of its
+    tokens (MAE's count, as :func:`~vit_tutorial.mae.random_masking`), a random
+    subset of its own drawn from ``generator``: ``visible`` is ``(B, N_keep, D)``; ``mask`` is
     ``(B, N)`` in the original order, 1.0 where the token is hidden; ``ids_restore``
     ``(B, N)`` puts ``cat([visible, hidden], dim=1)`` back in the original order. The
     kept tokens may come in any order that ``ids_restore`` undoes.
@@ -198,12 +198,13 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     Example:
         >>> from vit_tutorial.mae import random_masking
         >>> check_random_masking(random_masking)
-        Correct! check_random_masking: K = N - round(N·mask_ratio) tokens kept, a random
-        subset for each image and seed, mask and ids_restore in the original order, on
-        6 cases.
+        Correct! check_random_masking: N_keep = int(N·(1 - mask_ratio)) tokens kept, a
+        random subset for each image and seed, mask and ids_restore in the original order,
+        on 7 cases.
     """
-    cases = [  # B, N, D, mask_ratio, dtype: sizes where int, math.ceil and round disagree
+    cases = [  # B, N, D, mask_ratio, dtype: sizes where the usual counts disagree
         (4, 10, 3, 0.75, torch.float32),
+        (2, 16, 3, 0.9, torch.float32),  # int(1.6) = 1 kept; rounding 14.4 keeps 2
         (3, 10, 4, 0.25, torch.float32),
         (4, 9, 3, 0.5, torch.float64),
         (2, 49, 8, 0.75, torch.float32),
@@ -223,6 +224,6 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     _check_generator(fn)
     passed(
         "check_random_masking",
-        "K = N - round(N·mask_ratio) tokens kept, a random subset for each image and seed, "
+        "N_keep = int(N·(1 - mask_ratio)) tokens kept, a random subset for each image and seed, "
         f"mask and ids_restore in the original order, on {len(cases)} cases.",
     )

@@ -35,7 +35,8 @@ from vit_tutorial.experiments import epochs_for
 from vit_tutorial.finetune import replace_head, set_image_size
 from vit_tutorial.losses import mae_loss
 from vit_tutorial.mae import MaskedAutoencoder
-from vit_tutorial.validate import check_bool, check_int
+from vit_tutorial.positional import sinusoidal_2d
+from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "DECODER",
     "ENCODER",
     "STARTS",
+    "TABLES",
     "at_resolution",
     "budget",
     "digits_like_fashion_mnist",
@@ -224,18 +226,32 @@ def linear_probe(
     return {"test_accuracy": best.score(x_test, y_test.numpy()), "C": best.C}
 
 
+#: The position tables :func:`at_resolution` can give a ViT at a new resolution.
+TABLES = ("interpolated", "fresh", "sincos")
+
+
 def at_resolution(
-    model: VisionTransformer, image_size: int, *, interpolate: bool = True
+    model: VisionTransformer, image_size: int, *, table: str = "interpolated"
 ) -> VisionTransformer:
-    """``model`` for ``image_size`` × ``image_size`` images, the same patches (a larger grid), its
-    position table resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT paper's
-    Section 3.2) or, with ``interpolate=False``, a new ViT's random one (what resampling keeps)."""
+    """``model`` for ``image_size`` × ``image_size`` images, the same patches (a larger grid),
+    with one of :data:`TABLES` as its position table: ``'interpolated'``, the trained table
+    resampled (:func:`~vit_tutorial.finetune.set_image_size`, the ViT paper's Section 3.2);
+    ``'fresh'``, a new ViT's random one (what resampling keeps); ``'sincos'``, the exact 2D
+    sine-cosine code of the new grid (MAE's table is that code, fixed, and
+    :meth:`~vit_tutorial.mae.MaskedAutoencoder.to_vit` starts the learned table at it)."""
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
     bigger = set_image_size(model, image_size)
-    if not check_bool("interpolate", interpolate):  # on a copy at the same size, not the caller's
-        if (table := bigger.config.pos_embed) != "learned":
-            raise ValueError(f"interpolate=False draws a learned table; pos_embed is {table!r}")
+    if table != "interpolated":  # on a copy at the same size, not the caller's
+        if (kind := bigger.config.pos_embed) != "learned":
+            raise ValueError(f"table={table!r} replaces a learned table; pos_embed is {kind!r}")
         bigger = copy.deepcopy(model) if bigger is model else bigger
-        nn.init.trunc_normal_(bigger.pos_embed.weight, std=0.02, a=-0.04, b=0.04)
+        weight = bigger.pos_embed.weight
+        with torch.no_grad():
+            if table == "fresh":
+                nn.init.trunc_normal_(weight, std=0.02, a=-0.04, b=0.04)
+            else:
+                weight.copy_(sinusoidal_2d(bigger.grid_size, bigger.config.dim)[None])
     return bigger
 
 
