@@ -208,7 +208,7 @@ def linear_probe(
 ) -> dict[str, float]:
     """Logistic regression on frozen, standardised :func:`features`, its L2 strength the ``C``
     in 10^-3..10^2 best on the validation split: test accuracy and ``C``. MAE's linear probe
-    (Appendix A.2) trains a linear layer after a BatchNorm without affine parameters, by SGD on
+    (Appendix A.1) trains a linear layer after a BatchNorm without affine parameters, by SGD on
     all of ImageNet; on at most 10,000 labelled images a regularised logistic regression solved
     exactly (scikit-learn) is the same model, without a schedule to tune."""
     from sklearn.linear_model import LogisticRegression
