@@ -10,8 +10,8 @@ The models (:func:`build_model`): ``'vit'``, a plain ViT (:data:`VIT_MODEL`: 4×
 a 7×7 grid); ``'hybrid'``, the same transformer on a convolutional stem (the ``fashion-mnist``
 preset's model); ``'resnet18'``, torchvision's with a one-channel first convolution
 (:func:`resnet18_greyscale`); ``'resnet8'``, a CNN of torchvision's residual blocks matched to
-the ViT in parameters and FLOPs (:func:`resnet8_greyscale`). The augmentations (:data:`AUGMENTATIONS`) are
-``torchvision.transforms.v2``'s.
+the ViT in parameters and FLOPs (:func:`resnet8_greyscale`). The augmentations
+(:data:`AUGMENTATIONS`) are ``torchvision.transforms.v2``'s.
 
 Example:
     >>> spec = RunSpec("hybrid", train_size=1000, seed=0, steps=50)
@@ -104,9 +104,12 @@ def resnet8_greyscale(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
     ]
     inputs = first
     for stage, width in enumerate(RESNET8_WIDTHS):
-        stride, shortcut = (1, None) if stage == 0 else (2, nn.Sequential())
-        if shortcut is not None:  # ResNet's projection where the grid and width change
-            shortcut.extend([nn.Conv2d(inputs, width, 1, 2, bias=False), nn.BatchNorm2d(width)])
+        stride, shortcut = 1, None
+        if stage > 0:  # the grid halves: ResNet's 1×1 projection shortcut
+            stride = 2
+            shortcut = nn.Sequential(
+                nn.Conv2d(inputs, width, 1, stride, bias=False), nn.BatchNorm2d(width)
+            )
         layers.append(BasicBlock(inputs, width, stride, shortcut))
         inputs = width
     head = nn.Linear(RESNET8_WIDTHS[-1], check_int("num_classes", num_classes))
