@@ -60,9 +60,8 @@ def _masking_output(out: Any, b: int, n: int, d: int, keep: int, ratio: float, w
 
 def _kept_positions(visible: Tensor, tokens: Tensor, where: str) -> list[list[int]]:
     """For each image, which of its tokens each row of ``visible`` is."""
-    exact = (
-        visible.double()[:, :, None, None] == tokens.double()[None, None]
-    )  # (B, N_keep, B', N, D)
+    # (B, N_keep, B', N, D): each kept row against each token of each image
+    exact = visible.double()[:, :, None, None] == tokens.double()[None, None]
     hits = exact.all(-1)  # (B, N_keep, B', N): row k of image b is token n of image b'
     positions = []
     for b, rows in enumerate(hits):
