@@ -452,8 +452,21 @@ def warmup_one_step_early(step, lr, warmup_steps, total_steps):
 
 
 def count_without(term):
+    """The parameter count with one usual slip: a part left out, or a size misread."""
+
     def count(c):
-        return param_count(c) - {"final LayerNorm": 2 * c.dim, "bias": c.dim}[term]
+        D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
+        grid = c.image_size // c.patch_size
+        off = {
+            "final LayerNorm": 2 * D,
+            "bias": D,
+            "qkv bias": 3 * L * D,
+            "head bias": K,
+            "LayerNorm shifts": (2 * L + 1) * D,
+            "N not squared": (grid * grid - grid) * D,
+            "MLP ratio 4": -L * (4 * D - r) * (2 * D + 1),
+        }[term]
+        return param_count(c) - off
 
     return count
 
@@ -522,6 +535,17 @@ def smoothed_over_k_minus_1(logits, targets, eps):
 def smoothed_with_probabilities(logits, targets, eps):
     q = smoothed_target(logits, targets, eps, logits.shape[-1])
     return -(q * logits.softmax(-1)).sum(-1).mean()  # p where log p belongs
+
+
+def smoothed_from_a_number(logits, targets, eps):
+    """The right value, rebuilt from a Python number: no gradient reaches the logits."""
+    return torch.tensor(F.cross_entropy(logits, targets, label_smoothing=eps).item())
+
+
+def smoothed_log_of_softmax(logits, targets, eps):
+    """log(softmax(...)): right on small logits, -inf where the softmax underflows to 0."""
+    q = smoothed_target(logits, targets, eps, logits.shape[-1])
+    return -(q * torch.log(torch.softmax(logits, -1))).sum(-1).mean()
 
 
 def pooling_with(pool, mistake):
@@ -803,6 +827,11 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_lr_schedule", warmup_one_step_early, "one step early"),
     ("check_param_count", count_without("final LayerNorm"), "final LayerNorm"),
     ("check_param_count", count_without("bias"), "bias of the patch embedding"),
+    ("check_param_count", count_without("qkv bias"), "query, key and value biases"),
+    ("check_param_count", count_without("head bias"), "the head's bias is missing"),
+    ("check_param_count", count_without("LayerNorm shifts"), "shifts β are missing"),
+    ("check_param_count", count_without("N not squared"), "not H/P = 4"),
+    ("check_param_count", count_without("MLP ratio 4"), "not 4·D = 256"),
     ("check_pooling", mean_with_class_token, "averaged the class token in"),
     ("check_pooling", lambda x, pool, k: x[:, -1], "took the last token"),
     ("check_pooling", lambda x, pool, k: x[:, 0] if pool == "cls" else x.mean(0), "batch axis"),
@@ -819,6 +848,8 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
         "summed the losses of the batch",
     ),
     ("check_smoothed_cross_entropy", smoothed_with_probabilities, "the probabilities p"),
+    ("check_smoothed_cross_entropy", smoothed_from_a_number, "your loss has no gradient"),
+    ("check_smoothed_cross_entropy", smoothed_log_of_softmax, "softmax underflows to 0"),
     ("check_pooling", pooling_with("cls", "normalised"), "normalised the pooled vector"),
     ("check_pooling", pooling_with("mean", "sum"), "summed the patch tokens"),
     ("check_pooling", pooling_with("cls", "mean"), "not an average"),

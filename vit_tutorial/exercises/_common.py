@@ -122,15 +122,15 @@ def _answer_name(args: tuple, kwargs: dict) -> str:
     return getattr(answer, "__name__", "your function")
 
 
-def call_safely(fn: Callable, args: tuple, what: str) -> Any:
-    """``fn(*args)`` without autograd; a crash becomes an :class:`AssertionError`.
+def call_safely(fn: Callable, args: tuple, what: str, grad: bool = False) -> Any:
+    """``fn(*args)``, with autograd only if ``grad``; a crash becomes an :class:`AssertionError`.
 
     The message names the case (``what``) and the learner's error, so that the learner
     sees their own bug rather than a traceback into the checker. (When that error is a
     :class:`NotImplementedError`, :func:`checker` reports "not attempted" instead.)
     """
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             return fn(*args)
     except Exception as error:  # reported to the learner
         raise AssertionError(f"fn crashed on {what}: {type(error).__name__}: {error}") from error

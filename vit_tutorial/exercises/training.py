@@ -278,7 +278,7 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
     Example:
         >>> check_smoothed_cross_entropy(_smoothed_cross_entropy)
         Correct! check_smoothed_cross_entropy: equal to torch's F.cross_entropy with
-        label_smoothing, on 3 cases.
+        label_smoothing, on 3 cases, its gradient too, and finite on large logits.
     """
     cases = [(6, 10, 0.1), (4, 3, 0.3), (5, 7, 0.0)]  # B, K, ε
     for B, K, eps in cases:
@@ -295,7 +295,40 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
             "compare with the formula of the chapter, term by term",
         )
         raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
+    _check_loss_trains(fn)
     passed(
         "check_smoothed_cross_entropy",
-        f"equal to torch's F.cross_entropy with label_smoothing, on {len(cases)} cases.",
+        f"equal to torch's F.cross_entropy with label_smoothing, on {len(cases)} cases, "
+        "its gradient too, and finite on large logits.",
     )
+
+
+def _check_loss_trains(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
+    """A loss that training can use: finite on large logits, with F.cross_entropy's gradient."""
+    logits = torch.tensor([[120.0, 0.0, -5.0], [0.0, 3.0, 1.0]])
+    targets = torch.tensor([1, 1])
+    where = "logits [[120, 0, -5], [0, 3, 1]], targets [1, 1], smoothing=0.1"
+    got = call_safely(fn, (logits.clone(), targets.clone(), 0.1), where)
+    got = scalar_loss(got, where, 2, "take their mean over the batch, a single number")
+    if not torch.isfinite(got):
+        raise AssertionError(
+            f"for {where}: your loss is {got.item()}; softmax underflows to 0 on such logits "
+            "and its log is -inf: use log_softmax, which subtracts the largest logit first"
+        )
+    logits = (3 * torch.randn(4, 5)).requires_grad_()
+    targets = torch.randint(5, (4,))
+    where = "B=4 images, K=5 classes, smoothing=0.1, logits that require a gradient"
+    got = call_safely(fn, (logits, targets, 0.1), where, grad=True)
+    got = scalar_loss(got, where, 4, "take their mean over the batch, a single number")
+    if not got.requires_grad:
+        raise AssertionError(
+            f"for {where}: your loss has no gradient, so loss.backward() cannot reach the "
+            "logits: keep every step a tensor operation on them (no .item(), float() or NumPy)"
+        )
+    (grad,) = torch.autograd.grad(got, logits)
+    (want,) = torch.autograd.grad(F.cross_entropy(logits, targets, label_smoothing=0.1), logits)
+    if not close(grad, want, atol=1e-5):
+        raise AssertionError(
+            f"for {where}: the loss is right but its gradient is not F.cross_entropy's; a "
+            "step is cut from the graph (.detach(), or a tensor rebuilt from values)"
+        )

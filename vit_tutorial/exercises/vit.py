@@ -22,27 +22,69 @@ def _count(config: ViTConfig) -> int:
 def _mistakes(c: ViTConfig) -> dict[int, str]:
     """What a formula is off by (got - right) for each usual mistake, with its explanation.
 
-    Several parts hold exactly D or 2·D numbers, so a count that is off by one of them
-    cannot tell which part is missing: the explanation lists every candidate.
+    Several parts can hold the same number of parameters, so a count that is off by one of
+    them cannot tell which part is missing: the explanation then lists every candidate.
     """
+    found: dict[int, list[str]] = {}
+    for delta, what in _slips(c):
+        if delta != 0:
+            found.setdefault(delta, []).append(what)
+    return {delta: "; or ".join(whats) for delta, whats in found.items()}
+
+
+def _slips(c: ViTConfig) -> list[tuple[int, str]]:
+    """The usual slips of a ViT parameter count: (got - right, what went wrong)."""
     D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
-    T = (c.image_size // c.patch_size) ** 2 + 1  # tokens: N patches and the class token
-    return {
-        -D: f"off by D = {D}, one D-vector: the bias of the patch embedding (one per output "
-        f"channel of the conv), the class token, or its row of the position table "
-        f"(N + 1 rows for N patches); one of the three is missing",
-        -2 * D: f"off by 2·D = {2 * D}: the final LayerNorm (after the last block, a scale γ "
-        f"and a shift β of D numbers each) is missing, or two D-vectors among the "
-        f"patch embedding's bias, the class token and its position row",
-        -T * D: "the position embeddings ((Gh·Gw + 1)·D) are missing",
-        -(L * 4 * D + 2 * D): "the LayerNorms are missing: two per block and one at the end, "
-        "each with a scale γ and a shift β of D numbers",
-        -(D + L * (3 * D + D + r + D) + K): "the biases of the convolution and the Linear "
-        "layers are missing",
-        -(D * K + K): "the classification head (D·num_classes + num_classes) is missing",
-        -(L * (2 * D * D + 2 * D)): "the attention's input projection makes queries, keys and "
-        "values: 3·D² weights and 3·D biases, not D² + D",
-    }
+    G = c.image_size // c.patch_size  # the grid's side
+    T = G * G + 1  # tokens: N = G² patches and the class token
+    return [
+        (
+            -D,
+            "one D-vector is missing: the bias of the patch embedding (one per output "
+            "channel of the conv), the class token, or its row of the position table (N + 1 rows "
+            "for N patches)",
+        ),
+        (
+            -2 * D,
+            "2·D numbers are missing: the final LayerNorm (after the last block, a scale "
+            "γ and a shift β of D numbers each), or two D-vectors among the patch embedding's "
+            "bias, the class token and its position row",
+        ),
+        (-T * D, "the position embeddings ((Gh·Gw + 1)·D) are missing"),
+        (
+            -(G * G - G) * D,
+            f"the grid has (H/P)² = {G * G} patches, not H/P = {G}: the position "
+            "table has N + 1 rows",
+        ),
+        (
+            -(L * 4 * D + 2 * D),
+            "the LayerNorms are missing: two per block and one at the end, "
+            "each with a scale γ and a shift β of D numbers",
+        ),
+        (
+            -(2 * L + 1) * D,
+            "the LayerNorms' shifts β are missing: each LayerNorm has D of them "
+            "besides its scale γ",
+        ),
+        (
+            -(D + L * (3 * D + D + r + D) + K),
+            "the biases of the convolution and the Linear layers are missing",
+        ),
+        (-3 * L * D, "the query, key and value biases are missing (qkv_bias=True: 3·D per block)"),
+        (-L * (r + D), "the MLP's two biases are missing (mlp_ratio·D + D numbers per block)"),
+        (-K, "the head's bias is missing (num_classes numbers)"),
+        (-(D * K + K), "the classification head (D·num_classes + num_classes) is missing"),
+        (-L * (D * D + D), "the attention's output projection (D² + D per block) is missing"),
+        (
+            -(L * (2 * D * D + 2 * D)),
+            "the attention's input projection makes queries, keys and "
+            "values: 3·D² weights and 3·D biases, not D² + D",
+        ),
+        (
+            L * (4 * D - r) * (2 * D + 1),
+            f"the MLP's hidden width is mlp_ratio·D = {r} here, not 4·D = {4 * D}",
+        ),
+    ]
 
 
 @checker
