@@ -832,6 +832,7 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_param_count", count_without("LayerNorm shifts"), "shifts β are missing"),
     ("check_param_count", count_without("N not squared"), "not H/P = 4"),
     ("check_param_count", count_without("MLP ratio 4"), "not 4·D = 256"),
+    ("check_predict", lambda model, x, k: tuple(top_k(model, x, k))[::-1], "outputs are swapped"),
     ("check_pooling", mean_with_class_token, "averaged the class token in"),
     ("check_pooling", lambda x, pool, k: x[:, -1], "took the last token"),
     ("check_pooling", lambda x, pool, k: x[:, 0] if pool == "cls" else x.mean(0), "batch axis"),

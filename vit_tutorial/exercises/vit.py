@@ -170,6 +170,11 @@ def _check_top_k(got: object, k: int) -> tuple[Tensor, Tensor]:
     if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
         raise AssertionError("fn must return a tuple (probabilities, classes) of two tensors")
     got_p, got_i = got
+    if got_i.is_floating_point() and not got_p.is_floating_point():
+        raise AssertionError(
+            "the two outputs are swapped: return (probabilities, classes), in the order of "
+            "torch.topk's (values, indices)"
+        )
     if got_p.shape != (4, k) or got_i.shape != (4, k):
         raise AssertionError(
             f"for 4 images and k={k} both outputs must have shape (4, {k}), got "
