@@ -22,7 +22,12 @@ from vit_tutorial.experiments.ch08 import resnet18_greyscale
 from vit_tutorial.losses import HardDistillation, masked_patch_loss
 from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
 from vit_tutorial.patches import image_to_patches, patches_to_image
-from vit_tutorial.positional import RelativePositionBias, resize_pos_embed, sinusoidal_2d
+from vit_tutorial.positional import (
+    RelativePositionBias,
+    resize_pos_embed,
+    sinusoidal_1d,
+    sinusoidal_2d,
+)
 from vit_tutorial.vit import VisionTransformer
 
 from tiny_models import tiny_vit
@@ -478,6 +483,14 @@ def axial_mask_column_major(grid_size, axis):
     return line[:, None] == line[None, :]
 
 
+def sinusoidal_column_major(grid_size, dim):
+    """Patch n read at (n % Gh, n // Gh): the grid flattened column by column."""
+    gh, gw = grid_size
+    n = torch.arange(gh * gw)
+    half = dim // 2
+    return torch.cat([sinusoidal_1d(gh, half)[n % gh], sinusoidal_1d(gw, half)[n // gh]], 1)
+
+
 def square_only(grid_size, dim):
     """Right on a square grid only: row and column read with Gh where Gw belongs."""
     gh, gw = grid_size
@@ -804,6 +817,7 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
         ),
         "you reshaped the patches",
     ),
+    ("check_sinusoidal_2d", sinusoidal_column_major, "indexed with Gh where Gw belongs"),
     ("check_sinusoidal_2d", sin_cos_swapped, "sin and cos are swapped"),
     ("check_drop_path", one_coin_per_batch, "one coin for the whole batch"),
     ("check_sinusoidal_2d", square_only, "indexed with Gh where Gw belongs"),
