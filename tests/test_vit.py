@@ -361,8 +361,8 @@ def test_check_param_count_accepts_the_formula(capsys):
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (lambda c: formula(c, class_token=False), "2·D = .*class token"),
-        (lambda c: formula(c) - c.dim, "off by D"),
+        (lambda c: formula(c, class_token=False), "2·D numbers are missing.*class token"),
+        (lambda c: formula(c) - c.dim, "one D-vector is missing"),
         (lambda c: formula(c, biases=False), "biases"),
         (lambda c: formula(c, norms=False), "LayerNorms"),
         (lambda c: formula(c, qkv=1), "3·D²"),
