@@ -120,6 +120,7 @@ def test_fashion_mnist_study_quick(tmp_path):
         "vit-n300-s0-none-t20",
         "hybrid-n300-s0-none-t20",
         "resnet18-n300-s0-none-t20",
+        "resnet8-n300-s0-none-t20",
         "hybrid-n300-s0-all-t20",
         "vit-n300-s0-none-t20-cls",
         "vit-n300-s0-none-t20-cls-distilled",
