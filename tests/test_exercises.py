@@ -1074,3 +1074,26 @@ def test_other_errors_in_an_answer_are_still_reported_as_crashes():
     assert "crashed" in str(error.value) and "RuntimeError: shape mismatch" in flat(
         str(error.value)
     )
+
+
+# ---------------------------------------------------------------------------------------
+# "predict, then measure": the shared grader
+
+
+def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
+    from vit_tutorial.exercises._common import grade_prediction
+
+    grade_prediction("check_x", "x", 105, 100, what="tokens", tolerance=0.1)
+    assert capsys.readouterr().out.startswith("Correct! check_x: you predicted 105 tokens")
+    with pytest.raises(AssertionError, match=r"measured: 100\. counted twice"):
+        grade_prediction(
+            "check_x", "x", 200, 100, what="tokens", tolerance=0.1, slips=[("counted twice", 200)]
+        )
+    with pytest.raises(AssertionError, match="within ±10%"):
+        grade_prediction("check_x", "x", 150, 100, what="tokens", tolerance=0.1)
+    with pytest.raises(AssertionError, match="the right sign"):
+        grade_prediction("check_x", "x", 0.5, -0.2, what="points", tolerance="sign")
+    with pytest.raises(AssertionError, match="x must be a number, got str"):
+        grade_prediction("check_x", "x", "100", 100, what="tokens", tolerance=0.1)
+    grade_prediction("check_x", "x", ..., 100, what="tokens", tolerance=0.1)
+    assert capsys.readouterr().out == "not attempted yet: fill in `x` above and re-run\n"

@@ -27,6 +27,7 @@ __all__ = [
     "diagnose",
     "dtype_name",
     "grade_loss",
+    "grade_prediction",
     "passed",
     "scalar_loss",
     "shape_of",
@@ -233,3 +234,68 @@ def shape_of(value: Any) -> Any:
 def passed(name: str, detail: str) -> None:
     """Print the confirmation a learner sees when a checker passes, wrapped to the page."""
     print(wrap(f"Correct! {name}: {detail}"))
+
+
+def _number(x: float) -> str:
+    """``x`` as a message shows it: a whole number with thousands separators, else 3 digits."""
+    if float(x).is_integer() and abs(x) < 1e7:
+        return f"{int(x):,}"
+    return f"{x:.3g}"
+
+
+def grade_prediction(
+    name: str,
+    variable: str,
+    predicted: Any,
+    actual: float,
+    *,
+    what: str,
+    tolerance: float | str,
+    slips: Iterable[tuple[str, float]] = (),
+    source: str = "",
+) -> None:
+    """Grade a "predict, then measure" exercise: the learner's number against ``actual``.
+
+    ``predicted`` is what the learner assigned to ``variable`` (``...``, the chapter's stub,
+    prints :data:`NOT_ATTEMPTED`). ``actual`` is an exact count or a committed result, never
+    a live timing, so the verdict is the same on every machine. ``tolerance`` is a relative
+    margin (``0.1`` accepts ±10%) or ``"sign"`` (the right direction of a change). Either way
+    the measured value is shown; a wrong prediction that equals one of ``slips`` (within the
+    same margin) gets that slip's explanation.
+
+    Example:
+        >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
+        Correct! check_tokens: you predicted 197 tokens; measured: 197.
+        >>> grade_prediction("check_tokens", "tokens", 196, 197, what="tokens", tolerance=0,
+        ...                  slips=[("count the class token", 196)])
+        Traceback (most recent call last):
+        ...
+        AssertionError: you predicted 196 tokens; measured: 197. count the class token
+    """
+    if predicted is Ellipsis:
+        print(NOT_ATTEMPTED.format(name=variable))
+        return
+    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)):
+        raise AssertionError(f"{variable} must be a number, got {type(predicted).__name__}")
+
+    def agrees(guess: float) -> bool:
+        if tolerance == "sign":
+            return (guess > 0) == (actual > 0) and (guess < 0) == (actual < 0)
+        return abs(guess - actual) <= float(tolerance) * abs(actual)
+
+    shown = f"you predicted {_number(predicted)} {what}; measured: {_number(actual)}"
+    shown += f" ({source})." if source else "."
+    if agrees(predicted):
+        passed(name, shown)
+        return
+    margin = "the right sign" if tolerance == "sign" else f"within ±{float(tolerance):.0%}"
+    hint = next(
+        (why for why, wrong in slips if wrong != actual and _agrees_with(predicted, wrong)),
+        f"the exercise asks for {margin}",
+    )
+    raise AssertionError(f"{shown} {hint}")
+
+
+def _agrees_with(guess: float, value: float, rel: float = 0.02) -> bool:
+    """True when ``guess`` is within ``rel`` (2%) of ``value``: a slip's number, recognised."""
+    return abs(guess - value) <= rel * abs(value) + 1e-12
