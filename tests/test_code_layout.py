@@ -19,12 +19,16 @@ MAX_FUNCTION_LINES = 60
 #: ``train_one_epoch`` does, rather than as fourteen pieces passing a private state around.
 LONGER = {("engine.py", "fit"): 120}  # about 40 of them its docstring
 MAX_MODULE_LINES = 400
-#: The library (every module but the exercise checkers and the chapters' experiments): the
-#: core package, experiments included, had 6,623 lines before the re-cut of issue 23 and 5,346
-#: after it; the checks of issue 24 fit under the same cap. From issue 25 on, the experiments
-#: grow with the chapters' runs (each module still within MAX_MODULE_LINES) and the cap
-#: binds the rest: 4,865 lines when it was set.
+#: The library (every module but the exercise checkers, the chapters' experiments and the
+#: teaching drawings): the core package, experiments included, had 6,623 lines before the
+#: re-cut of issue 23 and 5,346 after it; the checks of issue 24 fit under the same cap. From
+#: issue 25 on, the experiments grow with the chapters' runs (each module still within
+#: MAX_MODULE_LINES) and the cap binds the rest: 4,865 lines when it was set. From issue 26 on,
+#: ``figures.py`` (the map each chapter opens with, the block of chapter 4) is left out too:
+#: its drawings grow with the chapters, not the library; it keeps the per-module cap.
 MAX_CORE_LINES = 4900
+#: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings.
+UNCAPPED = ("experiments", "figures.py")
 #: Modules that define layers and models: they know nothing of how they are trained.
 MODEL_MODULES = ["attention", "patches", "positional", "encoder", "vit", "axial", "interop", "mae"]
 
@@ -67,7 +71,7 @@ def test_no_module_is_longer_than_a_short_read(path):
 
 
 def test_the_core_package_stays_small():
-    library = [p for p in CORE if "experiments" not in p.relative_to(PACKAGE).parts]
+    library = [p for p in CORE if not set(UNCAPPED) & set(p.relative_to(PACKAGE).parts)]
     counts = {_name(p): len(p.read_text().splitlines()) for p in library}
     total = sum(counts.values())
     largest = sorted(counts.items(), key=lambda item: -item[1])[:5]

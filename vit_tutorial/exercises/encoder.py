@@ -1,17 +1,27 @@
-"""Checkers for chapter 4: the pre-norm encoder block, stochastic depth and LayerNorm."""
+"""Checkers for chapter 4: the pre-norm encoder block, stochastic depth and LayerNorm, and
+a prediction of how many parameters one block holds."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from vit_tutorial.encoder import EncoderBlock
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    grade_prediction,
+    passed,
+    shape_of,
+)
 
 __all__ = ["check_drop_path", "check_block_forward", "check_layer_norm"]
+__all__ += ["check_block_params_prediction"]
 
 
 def _one_coin(
@@ -337,3 +347,48 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
             "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis"
         )
     passed("check_layer_norm", "3 cases, small variances included, match F.layer_norm.")
+
+
+@checker
+def check_block_params_prediction(predicted_block_params: Any) -> None:
+    """Grade a prediction: the parameters of ``EncoderBlock(dim=192, num_heads=3)``, ViT-Ti's.
+
+    The count is exact, that of the package's block (``mlp_ratio=4``, ``qkv_bias=True``) built
+    on the meta device: ``12D² + 13D``. A prediction within ±5% passes (``12D²`` does); the
+    usual slips are named: one branch alone, q, k and v sharing one D×D matrix, the output
+    projection forgotten, the MLP not widened, the heads multiplying the weights.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_block_params_prediction(12 * 192**2)
+        Correct! check_block_params_prediction: you predicted 442,368 parameters;
+        measured: 444,864 (EncoderBlock(192, 3): attention 4D² + 4D, MLP 8D² + 5D, two
+        LayerNorms 2D each).
+    """
+    D, h = 192, 3
+    with torch.device("meta"):  # shapes only
+        actual = sum(p.numel() for p in EncoderBlock(dim=D, num_heads=h).parameters())
+    attention, mlp = 4 * D * D + 4 * D, 8 * D * D + 5 * D
+    slips = [
+        ("That is the attention alone (4D² + 4D): the MLP adds 8D² + 5D.", attention),
+        ("That is the MLP alone (D → 4D → D: 8D² + 5D): attention adds 4D² + 4D.", mlp),
+        ("q, k and v have a D×D matrix each, the output projection a fourth.", 10 * D * D),
+        ("The attention's output projection (D² + D) is missing.", 11 * D * D),
+        ("The MLP widens each token to rD = 4D: its two matrices hold 8D², not 2D².", 6 * D * D),
+        (
+            "The heads split D (each of width D/h = 64): their number changes no weight.",
+            h * 4 * D * D + 8 * D * D,
+        ),
+    ]
+    grade_prediction(
+        "check_block_params_prediction",
+        "predicted_block_params",
+        predicted_block_params,
+        actual,
+        what="parameters",
+        tolerance=0.05,
+        slips=slips,
+        source=f"EncoderBlock({D}, {h}): attention 4D² + 4D, MLP 8D² + 5D, two LayerNorms 2D each",
+    )

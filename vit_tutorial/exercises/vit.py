@@ -1,17 +1,19 @@
-"""Checkers for chapter 5: the parameter count of a ViT, classification done right, and
-pooling the encoder's tokens into one vector per image."""
+"""Checkers for chapter 5: the parameter count of a ViT, classification done right, pooling
+the encoder's tokens into one vector per image, and a prediction of what smaller patches cost."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
-from vit_tutorial.vit import VisionTransformer, ViTConfig
+from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
+from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, vit_flops
 
-__all__ = ["check_param_count", "check_predict", "check_pooling"]
+__all__ = ["check_param_count", "check_predict", "check_pooling", "check_patch_flops_prediction"]
 
 
 def _count(config: ViTConfig) -> int:
@@ -84,7 +86,32 @@ def _slips(c: ViTConfig) -> list[tuple[int, str]]:
             L * (4 * D - r) * (2 * D + 1),
             f"the MLP's hidden width is mlp_ratio·D = {r} here, not 4·D = {4 * D}",
         ),
+        (
+            -(c.in_channels - 1) * c.patch_size**2 * D,
+            f"the patch embedding's kernel has C·P²·D weights: C = {c.in_channels} channels",
+        ),
     ]
+
+
+def _explain(fn: Callable[[ViTConfig], int], cases: list[ViTConfig], failing: ViTConfig) -> str:
+    """The slips that put ``fn`` off by their own amount on every config, named for
+    ``failing``; else every slip that fits ``failing`` alone (two can, as the qkv biases and
+    the MLP's with mlp_ratio = 2: 3·D against r + D per block)."""
+    offs = []
+    for c in cases:
+        try:
+            offs.append(int(fn(c)) - _count(c))
+        except Exception:  # the config fn failed on is compared; the others may raise
+            offs.append(None)
+    table = [_slips(c) for c in cases]
+    fitting = [
+        what
+        for i, (_, what) in enumerate(table[cases.index(failing)])
+        if all(off is None or slips[i][0] == off for slips, off in zip(table, offs))
+    ]
+    general = "compare it term by term with the per-component table of the chapter"
+    off = offs[cases.index(failing)]
+    return "; or ".join(fitting) if fitting else _mistakes(failing).get(off, general)
 
 
 @checker
@@ -119,9 +146,7 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
             f"image_size={c.image_size}, patch_size={c.patch_size}, dim={c.dim}, "
             f"depth={c.depth}, mlp_ratio={c.mlp_ratio}, num_classes={c.num_classes}"
         )
-        explanation = _mistakes(c).get(
-            int(got) - want, "compare it term by term with the per-component table of the chapter"
-        )
+        explanation = _explain(fn, cases, c)
         raise AssertionError(
             f"for {where} you get {got:,}, the model has {want:,} ({got - want:+,}): {explanation}"
         )
@@ -319,4 +344,52 @@ def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
             raise AssertionError(f"for {where}: {_pooling_value_hint(got, tokens, pool, k)}")
     passed(
         "check_pooling", f"the class token, or the mean of the patch tokens, on {len(cases)} cases."
+    )
+
+
+@checker
+def check_patch_flops_prediction(predicted_flops_factor: Any) -> None:
+    """Grade a prediction: how many times ViT-B/16's FLOPs grow with patch size 8 (ViT-B/8).
+
+    The factor is exact, ``vit_flops`` of the two configurations at 224×224: the tokens grow
+    from 197 to 785, the linear layers with them, attention's ``T²`` part with their square.
+    A prediction within ±5% passes; the usual slips (the token ratio, its square, the grid
+    thought to double) are named.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_patch_flops_prediction(4.5)
+        Correct! check_patch_flops_prediction: you predicted 4.5 times the FLOPs;
+        measured: 4.45 (vit_flops: 35.1 GFLOPs at P = 16, 156.3 at P = 8).
+    """
+    b16 = PRESETS["vit_base_patch16_224"]
+    b8 = dataclasses.replace(b16, patch_size=8)
+    (f16, f8), (t16, t8) = (vit_flops(b16), vit_flops(b8)), ((224 // 16) ** 2 + 1, 785)
+    quadratic = [b.depth * 4 * t**2 * b.dim / f for b, t, f in ((b16, t16, f16), (b8, t8, f8))]
+    share = f"{quadratic[0]:.0%} of the FLOPs at 197 tokens, {quadratic[1]:.0%} at 785"
+    slips = [
+        (
+            f"That is the token ratio ({t8}/{t16}): the linear layers grow by it, but attention's "
+            f"T² part by its square ({share}).",
+            t8 / t16,
+        ),
+        (
+            f"Only attention's T² part grows with the square of the tokens, and it is {share}: "
+            "the linear layers grow 4×.",
+            (t8 / t16) ** 2,
+        ),
+        ("Halving P halves both sides of the grid: N grows 4×, not 2×.", 2.0),
+        ("Smaller patches make more tokens, and more FLOPs, not fewer.", 0.25),
+    ]
+    grade_prediction(
+        "check_patch_flops_prediction",
+        "predicted_flops_factor",
+        predicted_flops_factor,
+        f8 / f16,
+        what="times the FLOPs",
+        tolerance=0.05,
+        slips=slips,
+        source=f"vit_flops: {f16 / 1e9:.1f} GFLOPs at P = 16, {f8 / 1e9:.1f} at P = 8",
     )
