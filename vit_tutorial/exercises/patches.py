@@ -1,17 +1,33 @@
-"""Checkers for chapter 2: cutting an image into patches and back, and the conv as a linear map."""
+"""Checkers for chapter 2: cutting an image into patches and back, the conv as a linear map,
+the class token and position table in front of the encoder, and a predicted token count."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
-from vit_tutorial.patches import image_to_patches, pair
+from vit_tutorial.exercises._class_token import grade_forward, parameter_problem
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    grade_prediction,
+    passed,
+    shape_of,
+)
+from vit_tutorial.patches import image_to_patches, pair, patch_grid
 
-__all__ = ["check_image_to_patches", "check_patch_embedding", "check_patches_to_image"]
+__all__ = [
+    "check_class_token_and_position",
+    "check_image_to_patches",
+    "check_patch_embedding",
+    "check_patches_to_image",
+    "check_tokens_prediction",
+]
 
 _WRONG_PATCH_ORDERS = [
     (
@@ -233,4 +249,101 @@ def check_patches_to_image(
     passed(
         "check_patches_to_image",
         f"gives the images back exactly on {len(cases)} cases (square and non-square).",
+    )
+
+
+@checker
+def check_class_token_and_position(fn: Callable[[int, int], nn.Module]) -> None:
+    """Grade ``fn(num_patches, dim) -> module``: the class token and the position table.
+
+    The module must hold two parameters, ``cls_token`` of shape ``(1, 1, D)`` and
+    ``pos_embed`` of shape ``(1, N + 1, D)``, and its forward must turn ``(B, N, D)`` patch
+    tokens into ``[cls; tokens] + pos_embed`` of shape ``(B, N + 1, D)``, for any batch size
+    (equation (1) of the ViT paper). The checker copies known numbers into both parameters,
+    runs batches of two sizes, and checks that gradients reach both. It names a class token
+    with a batch dimension, a table of N rows, positions added before the concatenation,
+    the class token put last, and torch.cat along the wrong axis; ``expand`` and ``repeat``
+    both pass.
+
+    Raises:
+        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
+
+    Example:
+        >>> class TokenInput(nn.Module):
+        ...     def __init__(self, num_patches, dim):
+        ...         super().__init__()
+        ...         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        ...         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
+        ...     def forward(self, tokens):
+        ...         cls = self.cls_token.expand(len(tokens), -1, -1)
+        ...         return torch.cat([cls, tokens], dim=1) + self.pos_embed
+        >>> check_class_token_and_position(TokenInput)
+        Correct! check_class_token_and_position: one class token in front for any batch
+        size, then the (1, N + 1, D) table added, on 2 sizes; gradients reach both.
+    """
+    generator = torch.Generator().manual_seed(0)
+    for N, D in [(6, 8), (4, 12)]:
+        what = f"fn(num_patches={N}, dim={D})"
+        module = call_safely(fn, (N, D), what, grad=True)
+        if not isinstance(module, nn.Module):
+            raise AssertionError(f"{what} must return an nn.Module, got {type(module).__name__}")
+        problem = parameter_problem(module, N, D)
+        if problem is not None:
+            raise AssertionError(f"{what}: {problem}")
+        cls = torch.randn(1, 1, D, generator=generator)
+        pos = torch.randn(1, N + 1, D, generator=generator)
+        with torch.no_grad():
+            module.cls_token.copy_(cls.reshape(module.cls_token.shape))
+            module.pos_embed.copy_(pos.reshape(module.pos_embed.shape))
+        for batch in (2, 3):
+            grade_forward(module, torch.randn(batch, N, D, generator=generator), cls, pos, what)
+    passed(
+        "check_class_token_and_position",
+        "one class token in front for any batch size, then the (1, N + 1, D) table added, "
+        "on 2 sizes; gradients reach both.",
+    )
+
+
+@checker
+def check_tokens_prediction(predicted_tokens: Any) -> None:
+    """Grade a prediction: the tokens ViT-B/16 reads at 224×224 with its patch size halved to 8.
+
+    The count is exact: ``N = (224 / 8)² = 784`` patches and the class token, 785 tokens. The
+    prediction must be exact; the usual slips (the class token left out, the grid doubled
+    instead of its two sides, the class token multiplied with the patches, the patch size
+    thought not to matter) are named when the prediction is exactly theirs (784 and 788 are
+    different slips, although both lie within 1% of 785).
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_tokens_prediction(785)
+        Correct! check_tokens_prediction: you predicted 785 tokens; measured: 785
+        (patch_grid(224, 8): 28×28 patches, plus the class token).
+    """
+    gh, gw = patch_grid(224, 8)
+    N = gh * gw
+    N_16 = patch_grid(224, 16)[0] ** 2  # 196, the chapter's ViT-B/16
+    slips = {
+        N: "You left out the class token: the encoder reads (N + 1) tokens.",
+        2 * N_16 + 1: "Halving P halves both sides of the grid, 14 to 28 patches each: N "
+        "grows 4×, not 2×.",
+        4 * (N_16 + 1): "The class token is one token, however many patches: (4·196 + 1), "
+        "not (4·197).",
+        N_16 + 1: "The number of tokens depends on P: N = HW/P².",
+        gh: f"That is the side of the grid, 224/8 = {gh}: N is Gh·Gw.",
+    }
+    # A count is exact: a slip is named only for its own number, the rest get one hint.
+    number = isinstance(predicted_tokens, (int, float))
+    hint = slips.get(predicted_tokens, "Count the patches, then the class token.") if number else ""
+    grade_prediction(
+        "check_tokens_prediction",
+        "predicted_tokens",
+        predicted_tokens,
+        N + 1,
+        what="tokens",
+        tolerance=0,
+        slips=[(hint, predicted_tokens)],
+        source=f"patch_grid(224, 8): {gh}×{gw} patches, plus the class token",
     )

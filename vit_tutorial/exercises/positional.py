@@ -1,19 +1,38 @@
-"""Checkers for chapter 3: the 2D sinusoidal table, the relative-position index, and the
-resizing of a learned table to a new grid."""
+"""Checkers for chapter 3: the 2D sinusoidal table, the relative-position index, the
+resizing of a learned table to a new grid, and a predicted size of a relative bias table."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
-from vit_tutorial.positional import resize_pos_embed, sinusoidal_1d, sinusoidal_2d
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    grade_prediction,
+    passed,
+    shape_of,
+)
+from vit_tutorial.exercises._relative_index import check_one_entry_per_offset
+from vit_tutorial.positional import (
+    RelativePositionBias,
+    resize_pos_embed,
+    sinusoidal_1d,
+    sinusoidal_2d,
+)
 
-__all__ = ["check_relative_position_index", "check_resize_table", "check_sinusoidal_2d"]
+__all__ = [
+    "check_bias_table_prediction",
+    "check_relative_position_index",
+    "check_resize_table",
+    "check_sinusoidal_2d",
+]
 
 
 def _mistakes(want: Tensor, grid_size: tuple[int, int]) -> list[tuple[Tensor, str]]:
@@ -123,35 +142,6 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     passed("check_sinusoidal_2d", "3 grids (14×14 with D=768, and non-square), both axes encoded.")
 
 
-def _check_one_entry_per_offset(index: Tensor, grid_size: tuple[int, int], what: str) -> None:
-    """Check that no entry of ``index`` serves two 2D offsets, and name the bug if one does."""
-    gh, gw = grid_size
-    N = gh * gw
-    rows, cols = torch.arange(N) // gw, torch.arange(N) % gw
-    offsets = torch.stack([rows[:, None] - rows[None], cols[:, None] - cols[None]], -1)
-    seen: dict[int, tuple[int, int]] = {}
-    for n in range(N):
-        for m in range(N):
-            offset, entry = tuple(offsets[n, m].tolist()), int(index[n, m])
-            other = seen.setdefault(entry, offset)
-            if other == offset:
-                continue
-            if other[0] * gw + other[1] == offset[0] * gw + offset[1]:
-                hint = (
-                    "that is the offset n - m of the flattened indices, which mixes rows "
-                    "and columns; use the 2D offset (row, column)"
-                )
-            else:
-                hint = (
-                    f"combine the shifted offsets as row·(2Gw-1) + column (the column "
-                    f"offset takes 2Gw-1 = {2 * gw - 1} values, not 2Gh-1 = {2 * gh - 1})"
-                )
-            raise AssertionError(
-                f"{what}: offsets {other} and {offset} (row, column) share "
-                f"entry {entry}, so the bias cannot tell them apart; {hint}"
-            )
-
-
 @checker
 def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> None:
     """Grade ``fn(grid_size) -> index``, the lookup of a relative position bias table.
@@ -188,7 +178,7 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
                 f"the column offset by Gw-1 so they are non-negative, then combine them as "
                 f"row·(2Gw-1) + column"
             )
-        _check_one_entry_per_offset(index, (gh, gw), what)
+        check_one_entry_per_offset(index, (gh, gw), what)
         # Entries lie in [0, size) and no entry serves two offsets, so by pigeonhole each of the
         # (2Gh-1)(2Gw-1) offsets has exactly one entry: the index is translation invariant.
     passed(
@@ -338,4 +328,56 @@ def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], 
     passed(
         "check_resize_table",
         "3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.",
+    )
+
+
+@checker
+def check_bias_table_prediction(predicted_bias_table: Any) -> None:
+    """Grade a prediction: the size of the relative bias table of ViT-B/16 at 384×384.
+
+    The package's :class:`~vit_tutorial.positional.RelativePositionBias` (BEiT's kind, over
+    the whole grid) on the 24×24 grid, with 12 heads and the class token: ``(2·24 - 1)²``
+    offsets and 3 entries for the class token, per head, 26,544 numbers, an exact count. The
+    prediction must be exact; the usual slips (positions counted instead of offsets, 2G
+    instead of 2G - 1, one head, no class-token entries, the 14×14 table of 224×224, the
+    ``(h, T, T)`` bias it produces) are named when the prediction is exactly theirs.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_bias_table_prediction(26544)
+        Correct! check_bias_table_prediction: you predicted 26,544 numbers; measured:
+        26,544 (RelativePositionBias(24, num_heads=12, num_prefix_tokens=1)).
+    """
+    G, h = 24, 12
+    actual = RelativePositionBias(G, num_heads=h, num_prefix_tokens=1).table.numel()
+    offsets = (2 * G - 1) ** 2  # 47² = 2,209
+    slips = {
+        offsets * h: "You left out the class token's 3 entries per head (class token to "
+        "patch, patch to class token, class token to class token).",
+        offsets + 3: f"That is one head's table; each of the {h} heads has its own.",
+        offsets: f"That is one head's table without the class token's 3 entries; there are {h}.",
+        (G * G + 3) * h: f"A table entry is an offset, not a position: along a {G}-patch axis "
+        f"offsets run from -{G - 1} to {G - 1}, (2G - 1) of them, so (2G - 1)² per head.",
+        G * G * h: "A table entry is an offset, not a position: (2G - 1)² per head, not G².",
+        ((2 * G) ** 2 + 3) * h: f"Offsets run from -{G - 1} to {G - 1}: (2G - 1) per axis, not 2G.",
+        ((2 * 14 - 1) ** 2 + 3) * h: "That is the table of the 14×14 grid at 224×224; this "
+        "one spans the whole grid (BEiT's kind), so it grows with the image.",
+        (G * G + 1) ** 2 * h: "That is the (h, T, T) bias that the index reads out of the "
+        "table; the table holds one entry per offset.",
+    }
+    # A count is exact: a slip is named only for its own number, the rest get one hint.
+    number = isinstance(predicted_bias_table, (int, float))
+    otherwise = "Count the 2D offsets of the grid per head, then the class token's entries."
+    hint = slips.get(predicted_bias_table, otherwise) if number else ""
+    grade_prediction(
+        "check_bias_table_prediction",
+        "predicted_bias_table",
+        predicted_bias_table,
+        actual,
+        what="numbers",
+        tolerance=0,
+        slips=[(hint, predicted_bias_table)],
+        source="RelativePositionBias(24, num_heads=12, num_prefix_tokens=1)",
     )
