@@ -1,18 +1,26 @@
-"""Checkers for chapter 1: multi-head attention, masked attention and a stable softmax."""
+"""Checkers for chapter 1: multi-head attention, masked attention, a stable softmax, and a
+prediction of what the attention weights of a ViT-B/16 at 384×384 take in memory."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.attention import scaled_dot_product_attention
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.exercises._attention_memory import memory_slips
+from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
 
-__all__ = ["check_attention", "check_masked_attention", "check_stable_softmax"]
+__all__ = [
+    "check_attention",
+    "check_attention_memory_prediction",
+    "check_masked_attention",
+    "check_stable_softmax",
+]
 
 
 def _multi_head(
@@ -339,4 +347,35 @@ def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
     passed(
         "check_stable_softmax",
         f"matches torch.softmax on {len(cases)} cases, scores near ±1000 and -inf included.",
+    )
+
+
+@checker
+def check_attention_memory_prediction(predicted_mib: Any) -> None:
+    """Grade a prediction: the MiB of one layer's attention weights, ViT-B/16 at 384×384.
+
+    The weights of one layer for one image are a float32 tensor ``(1, h, T, T)``, with
+    ``h = 12`` heads and ``T = 24² + 1 = 577`` tokens (a 24×24 grid of 16×16 patches and
+    the class token): an exact count, 15.24 MiB. A prediction within ±10% passes; the
+    usual slips (no heads, growth with T instead of T², 2 bytes per entry, both T×T
+    matrices of the explicit path) are named.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_attention_memory_prediction(15)
+        Correct! check_attention_memory_prediction: you predicted 15 MiB; measured:
+        15.2 (12 heads · 577² float32 entries).
+    """
+    actual, slips, source = memory_slips()
+    grade_prediction(
+        "check_attention_memory_prediction",
+        "predicted_mib",
+        predicted_mib,
+        actual,
+        what="MiB",
+        tolerance=0.1,
+        slips=slips,
+        source=source,
     )

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.axial import along_axis, axial_mask
-from vit_tutorial.exercises._common import call_safely, checker, close, passed
+from vit_tutorial.axial import along_axis, attention_flops, axial_mask
+from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
 
-__all__ = ["check_axial_attention", "check_axial_mask", "check_axial_scores"]
+__all__ = [
+    "check_axial_attention",
+    "check_axial_flops_prediction",
+    "check_axial_mask",
+    "check_axial_scores",
+]
 
 Attend = Callable[[Tensor], Tensor]
 
@@ -243,3 +249,64 @@ def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
                 f"{(n // gw, n % gw)} and token {m} at {(m // gw, m % gw)}"
             )
     passed("check_axial_mask", f"same as axial_mask on {len(grids)} grids and both axes.")
+
+
+@checker
+def check_axial_flops_prediction(predicted_ratio: Any) -> None:
+    """Grade a prediction: full attention's FLOPs over axial attention's, ViT-B/16's grid.
+
+    On the 14×14 grid of a ViT-B/16 at 224×224 (``N = 196`` patches, no class token,
+    ``D = 768``), the ratio ``attention_flops(14, 768, 'full') / attention_flops(14, 768,
+    'axial')`` is an exact count: 0.559, so the axial layer costs *more*. A prediction within
+    ±10% passes; the usual slips (counting the scores alone, the projections alone, one set of
+    projections for the axial layer, this chapter's D = 64, the inverse ratio) are named.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_axial_flops_prediction(0.55)
+        Correct! check_axial_flops_prediction: you predicted 0.55 for full / axial;
+        measured: 0.559 (attention_flops, 14×14 grid, D = 768).
+    """
+    grid, dim = 14, 768
+    n = grid * grid
+    full, axial = (attention_flops(grid, dim, kind) for kind in ("full", "axial"))
+    slips = [
+        (
+            f"you counted the scores alone, N² against N·(Gh + Gw), {n} / {2 * grid}: at "
+            f"D = {dim} the projections dominate, 8·N·D² for full attention and 16·N·D² for "
+            "the axial layer, which has two sets",
+            n / (2 * grid),
+        ),
+        (
+            "close: you counted the projections alone, 8·N·D² against 16·N·D²; the scores "
+            "add 4·N²·D to full attention and only 4·N·(Gh + Gw)·D to the axial layer",
+            0.5,
+        ),
+        (
+            "you gave the axial layer one set of projections; it is a height layer and a "
+            "width layer, each with its own q, k, v and output projections: 16·N·D²",
+            full / (8 * n * dim**2 + 4 * n * 2 * grid * dim),
+        ),
+        (
+            f"that is the ratio at D = 64, the width of the chapter's table; a ViT-B/16 has "
+            f"D = {dim}, and the projections grow with D² while the scores grow with D",
+            attention_flops(grid, 64, "full") / attention_flops(grid, 64, "axial"),
+        ),
+        (
+            "that is axial / full; the question asks for full / axial (below 1 when the "
+            "axial layer costs more)",
+            axial / full,
+        ),
+    ]
+    grade_prediction(
+        "check_axial_flops_prediction",
+        "predicted_ratio",
+        predicted_ratio,
+        full / axial,
+        what="for full / axial",
+        tolerance=0.1,
+        slips=slips,
+        source=f"attention_flops, {grid}×{grid} grid, D = {dim}",
+    )
