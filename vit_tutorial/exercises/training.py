@@ -1,8 +1,9 @@
-"""Checkers for chapter 6: AdamW's parameter groups, the warm-up + cosine schedule, and the
-cross-entropy with label smoothing."""
+"""Checkers for chapter 6: AdamW's parameter groups, the warm-up + cosine schedule, the
+cross-entropy with label smoothing, and a prediction: the ablation's ViT without position."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,12 +18,19 @@ from vit_tutorial.exercises._common import (
     checker,
     close,
     diagnose,
+    grade_prediction,
     passed,
     scalar_loss,
 )
+from vit_tutorial.notebook import repository_file
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = ["check_param_groups", "check_lr_schedule", "check_smoothed_cross_entropy"]
+__all__ = [
+    "check_param_groups",
+    "check_lr_schedule",
+    "check_smoothed_cross_entropy",
+    "check_no_position_prediction",
+]
 
 
 def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -332,3 +340,61 @@ def _check_loss_trains(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
             f"for {where}: the loss is right but its gradient is not F.cross_entropy's; a "
             "step is cut from the graph (.detach(), or a tensor rebuilt from values)"
         )
+
+
+@checker
+def check_no_position_prediction(predicted_wrong: Any) -> None:
+    """Grade a prediction: how many of the 360 test images chapter 6's ablation ViT (16 tokens
+    of 2×2 pixels) gets wrong without any position encoding (variant ``pos-none``), the mean
+    over the five seeds of the committed ``benchmarks/results/digits_ablation.json`` (92.6).
+
+    The same ViT with its learned table gets 44.6 wrong. A prediction within ±15% passes; the
+    usual slips (no change, chance level, an accuracy or a percentage instead of a count of
+    images) are named.
+
+    Raises:
+        AssertionError: with the measured value, and the slip when one is recognised.
+
+    Example:
+        >>> check_no_position_prediction(90)
+        Correct! check_no_position_prediction: you predicted 90 wrong test images;
+        measured: 92.6 (mean of 5 seeds; 44.6 with the learned table).
+    """
+    record = json.loads(repository_file("benchmarks/results/digits_ablation.json").read_text())
+    variants = {v["id"]: v for v in record["variants"]}
+    none, learned = variants["pos-none"], variants["pos-learned"]
+    actual, images = none["mean_wrong"], record["test_images"]
+    slips = [
+        (
+            "that is the ViT with its learned table: without it the encoder gets a bag of 16 "
+            "patches, and attention and mean pooling give the same output for every order "
+            "of them, so digits made of the same patches in other places look alike",
+            learned["mean_wrong"],
+        ),
+        (
+            f"that is guessing ({images} · 9/10): a bag of 2×2 patches still tells a lot "
+            "about a digit, how much ink and which pieces of strokes it holds",
+            images * 9 / 10,
+        ),
+        (
+            "that is the accuracy in %; the question asks for the number of wrong test "
+            f"images, of {images}",
+            100 * none["mean_accuracy"],
+        ),
+        (
+            f"that is the share of wrong images in %; the question asks for their number, of "
+            f"{images}",
+            100 * (1 - none["mean_accuracy"]),
+        ),
+    ]
+    grade_prediction(
+        "check_no_position_prediction",
+        "predicted_wrong",
+        predicted_wrong,
+        actual,
+        what="wrong test images",
+        tolerance=0.15,
+        slips=slips,
+        source=f"mean of {len(none['runs'])} seeds; {learned['mean_wrong']:g} with the learned "
+        "table",
+    )

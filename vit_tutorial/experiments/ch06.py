@@ -6,6 +6,10 @@ the chapter's shortened schedule (:data:`SCHEDULE`, batches of 64) and is tested
 test images; the seed changes the initial weights and the order of the batches.
 ``benchmarks/digits_ablation.py`` runs it and writes the result file the chapter loads.
 
+Two probes of where a trained model keeps position: :func:`neighbour_contrast` reads a position
+table (do neighbouring positions get similar vectors?), :func:`permuted_token_logits` shuffles
+the tokens after the stem, before the position is added.
+
 Example:
     >>> settings(5).warmup_epochs  # the warm-up stays the first fifth
     1.0
@@ -17,13 +21,27 @@ import dataclasses
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from vit_tutorial.data import digits_datasets
 from vit_tutorial.engine import FitSettings, fit, predict
+from vit_tutorial.patches import pair
 from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = ["BASE", "BATCH_SIZE", "SCHEDULE", "VARIANTS", "ablation", "settings", "train_once"]
+__all__ = [
+    "BASE",
+    "BATCH_SIZE",
+    "SCHEDULE",
+    "VARIANTS",
+    "ablation",
+    "neighbour_contrast",
+    "permuted_token_logits",
+    "position_similarity",
+    "settings",
+    "train_once",
+]
 
 #: The ViT every variant changes one field of.
 BASE = dict(patch_size=2, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="mean")
@@ -83,3 +101,68 @@ def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dic
                 done[same, seed] = train_once(config, seed, epochs)
         runs = [done[same, seed] for seed in seeds]
         yield dict(id=key, group=group, name=name, change=change, config=config, runs=runs)
+
+
+def position_similarity(table: Tensor, num_prefix_tokens: int = 0) -> Tensor:
+    """Cosine similarity ``(N, N)``, in float64, of every grid position's vector with every
+    other's, for a position table ``(T, D)`` or ``(1, T, D)`` whose first ``num_prefix_tokens``
+    rows (the class token's) are left out, N = T - ``num_prefix_tokens``."""
+    start = check_int("num_prefix_tokens", num_prefix_tokens, 0)
+    rows = table.detach().reshape(-1, table.shape[-1])[start:]  # (N, D)
+    unit = F.normalize(rows.double(), dim=-1)  # (N, D)
+    return unit @ unit.T  # (N, N)
+
+
+def neighbour_contrast(
+    table: Tensor, grid_size: int | tuple[int, int], num_prefix_tokens: int = 0
+) -> float:
+    """Does a position table know the grid? The mean cosine similarity of 4-neighbour pairs of
+    positions minus that of the pairs at Chebyshev distance 3 or more.
+
+    ``table`` is ``(T, D)`` or ``(1, T, D)`` with T = ``num_prefix_tokens`` + Gh·Gw, its grid rows
+    in row-major order; the prefix rows (the class token's) are left out. About 0 when
+    similarity ignores the grid (a random table), positive when neighbours are more alike than
+    distant positions, at most 2.
+
+    Example:
+        >>> from vit_tutorial.positional import sinusoidal_2d
+        >>> round(neighbour_contrast(sinusoidal_2d((8, 8), 64), (8, 8)), 2)
+        0.17
+    """
+    gh, gw = pair(grid_size, "grid_size")
+    similarity = position_similarity(table, num_prefix_tokens)  # (N, N)
+    if similarity.shape[0] != gh * gw or min(gh, gw) < 2 or max(gh, gw) < 4:
+        raise ValueError(
+            f"expected a table of {num_prefix_tokens} + {gh}·{gw} rows on a grid with 4-neighbours"
+            f" and pairs 3 apart, got {similarity.shape[0] + num_prefix_tokens} rows"
+        )
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    dr = (rows.flatten()[:, None] - rows.flatten()[None]).abs()  # (N, N)
+    dc = (cols.flatten()[:, None] - cols.flatten()[None]).abs()  # (N, N)
+    near, far = similarity[dr + dc == 1], similarity[torch.maximum(dr, dc) >= 3]
+    return float(near.mean() - far.mean())
+
+
+def permuted_token_logits(model: VisionTransformer, images: Tensor, order: Tensor) -> Tensor:
+    """The logits ``(B, num_classes)`` of ``model`` when the stem's tokens ``(B, N, D)`` are put
+    in ``order`` before the class token and the position are added (d2l's shuffle probe).
+
+    ``order`` is ``(N,)`` or ``(B, N)``: token ``n`` of image ``b`` becomes the stem's token
+    ``order[b, n]``. With the identity order these are the model's own logits; a model with
+    mean pooling and no position encoding gives the same logits for every order.
+    """
+    if model.config.pos_embed == "relative":
+        raise ValueError("permuted_token_logits needs a position table, not pos_embed='relative'")
+    x = model.patch_embed(images)  # (B, N, D), checks the images
+    index = order.to(x.device).expand(x.shape[0], -1)  # (B, N)
+    if not torch.equal(
+        index.sort(-1).values, torch.arange(x.shape[1], device=x.device).expand_as(index)
+    ):
+        raise ValueError(f"order must be a permutation of the {x.shape[1]} tokens")
+    x = x.gather(1, index[..., None].expand_as(x))  # (B, N, D), permuted
+    tokens = (model.cls_token, model.dist_token)
+    prefix = [t.expand(x.shape[0], -1, -1) for t in tokens if t is not None]
+    x = torch.cat([*prefix, x], dim=1)  # (B, T, D)
+    if model.pos_embed is not None:
+        x = model.pos_embed(x)
+    return model.forward_head(model.norm(model.encoder(model.pos_drop(x))))
