@@ -5,6 +5,7 @@ what the book loads, so they are checked here for the same keys and provenance.
 """
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,8 @@ def run_quick(script: str, out: Path) -> dict:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
-    )
+        timeout=1200,  # a guard against a hang, not a speed target: the study's quick
+    )  # mode takes about 3 minutes on an idle 2-core machine and 5 or more on a busy one
     assert run.returncode == 0, run.stdout + run.stderr
     assert not list(out.parent.glob("*.tmp")), "the temporary file was left behind"
     return json.loads(out.read_text())
@@ -128,6 +129,13 @@ def test_fashion_mnist_study_quick(tmp_path):
     for r in record["runs"]:
         assert r["optimizer_steps"] >= 20 and r["epochs"] == 7  # 300 images: 3 steps each
         assert 0 <= r["test_accuracy"] <= 1 and 0 <= r["val_accuracy"] <= 1
+        # its learning curve: 2 points with --quick, at epochs 4 and 7 (3 steps each)
+        history = r["history"]
+        assert history["step"] == [12, 21], r["key"]
+        assert all(math.isfinite(v) and v > 0 for v in history["train_loss"]), r["key"]
+        assert all(0 <= v <= 1 for v in history["val_accuracy"]), r["key"]
+        assert history["val_accuracy"][-1] == r["val_accuracy"]  # the last point is the run's
+    assert record["runs_with_history"] == len(keys)
     assert len(record["configurations"]) == len(keys)  # one seed: one row each
     log = (tmp_path / "study.jsonl").read_text().splitlines()
     assert len(log) == len(keys)

@@ -19,7 +19,10 @@ from vit_tutorial.experiments.ch08 import (
     STEPS,
     RunSpec,
     build_model,
+    history_epochs,
+    learning_curves,
     load_teacher,
+    plot_learning_curves,
     resnet8_greyscale,
     resnet18_greyscale,
     run,
@@ -73,6 +76,78 @@ def test_ch06_ablation_checks_every_variant_seed_and_epochs_before_training(monk
         next(ch06.ablation(["pos-none"], [0, "1"], 1))
     with pytest.raises(ValueError, match="seed must be at least 0, got -1"):
         next(ch06.ablation(["pos-none"], [-1], 1))
+
+
+def test_ch06_neighbour_contrast_sees_a_grid_in_sincos_and_none_in_noise_or_shuffled_rows():
+    table = sinusoidal_2d((8, 8), 64)  # (64, D), row-major
+    grid_score = ch06.neighbour_contrast(table, (8, 8))
+    assert grid_score > 0.1  # neighbours are more alike than distant positions
+    g = torch.Generator().manual_seed(0)
+    noise = [ch06.neighbour_contrast(torch.randn(64, 64, generator=g), 8) for _ in range(20)]
+    assert abs(float(np.mean(noise))) < 0.01 and max(map(abs, noise)) < 0.05
+    shuffled = table[torch.randperm(64, generator=g)]  # the same vectors, the grid lost
+    assert ch06.neighbour_contrast(shuffled, (8, 8)) < grid_score / 3
+    # a class token's row in front is left out, and a (1, T, D) table reads the same
+    with_cls = torch.cat([torch.randn(1, 64, generator=g), table])[None]
+    assert ch06.neighbour_contrast(with_cls, (8, 8), num_prefix_tokens=1) == grid_score
+    # on a non-square grid, the rows are read row-major: transposing the grid changes it
+    wide = sinusoidal_2d((4, 8), 64)
+    assert ch06.neighbour_contrast(wide, (4, 8)) > 0.1
+    assert ch06.neighbour_contrast(wide, (8, 4)) < ch06.neighbour_contrast(wide, (4, 8)) / 2
+    similarity = ch06.position_similarity(table)
+    assert similarity.shape == (64, 64) and torch.allclose(
+        similarity.diagonal(), torch.ones(64).double()
+    )
+    with pytest.raises(ValueError, match="expected a table of 0 \\+ 7·8 rows"):
+        ch06.neighbour_contrast(table, (7, 8))
+
+
+def test_ch06_permuted_token_logits_is_the_model_for_the_identity_and_shuffles_the_rest():
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        image_size=8, in_channels=1, num_classes=10, **RECIPES["digits"].model
+    )
+    images = torch.randn(3, 1, 8, 8)
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(
+            ch06.permuted_token_logits(model, images, torch.arange(64)), model(images), atol=1e-6
+        )
+        torch.nn.init.normal_(model.head.weight)  # a non-zero head, so that logits differ
+        order = torch.stack([torch.randperm(64) for _ in range(3)])  # (B, N): one per image
+        assert not torch.allclose(ch06.permuted_token_logits(model, images, order), model(images))
+        # without a position, mean pooling cannot see the order; with a class token, the same
+        for pool in ("mean", "cls"):
+            torch.manual_seed(0)
+            blind = VisionTransformer(
+                image_size=8,
+                patch_size=2,
+                in_channels=1,
+                num_classes=10,
+                dim=32,
+                depth=1,
+                num_heads=2,
+                pos_embed="none",
+                pool=pool,
+            )
+            torch.nn.init.normal_(blind.head.weight)
+            blind.eval()
+            shuffled = ch06.permuted_token_logits(blind, images, torch.randperm(16))
+            assert torch.allclose(shuffled, blind(images), atol=1e-5)
+    with pytest.raises(ValueError, match="order must be a permutation of the 64 tokens"):
+        ch06.permuted_token_logits(model, images, torch.zeros(64, dtype=torch.long))
+    relative = VisionTransformer(
+        image_size=8,
+        patch_size=2,
+        in_channels=1,
+        num_classes=10,
+        dim=32,
+        depth=1,
+        num_heads=2,
+        pos_embed="relative",
+    )
+    with pytest.raises(ValueError, match="needs a position table"):
+        ch06.permuted_token_logits(relative, images, torch.arange(16))
     with pytest.raises(TypeError, match="epochs must be an integer, got '3'"):
         next(ch06.ablation(["pos-none"], [0], "3"))
 
@@ -364,6 +439,47 @@ def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
     initial = build_model("vit").state_dict()
     assert saved.keys() == initial.keys()
     assert not torch.equal(saved["head.weight"], initial["head.weight"])  # it trained
+    # its learning curve: a point after each of its 2 epochs, the last one the run's own
+    assert result["history"]["step"] == [3, 6]
+    assert result["history"]["val_accuracy"][-1] == result["val_accuracy"]
+    assert result["history"]["train_loss"][-1] == result["final_train_loss"]
+    # scoring the validation split mid-run changes nothing of the training
+    alone = run(RunSpec("vit", 300, 0, 6), device="cpu", history_points=1)
+    assert alone["history"]["step"] == [6]
+    for key in ("test_accuracy", "val_accuracy", "final_train_loss"):
+        assert alone[key] == result[key], key
+
+
+def test_history_epochs_spread_the_points_and_end_at_the_last_epoch():
+    assert history_epochs(13) == list(range(1, 14)) and history_epochs(2, 13) == [1, 2]
+    assert history_epochs(699) == [54, 108, 162, 216, 269, 323, 377, 431, 484, 538, 592, 646, 699]
+    with pytest.raises(ValueError, match="points"):
+        history_epochs(10, 0)
+
+
+def test_learning_curves_average_the_seeds_and_refuse_runs_without_history():
+    def record(model, seed, accuracy, history=True):
+        row = {"key": f"{model}-s{seed}", "model": model, "seed": seed, "train_size": 1000}
+        row.update(steps=STEPS, augmentation="none", pool="mean", distilled=False)
+        if history:
+            row["history"] = {"step": [8, 16], "train_loss": [2.0, 1.0], "val_accuracy": accuracy}
+        return row
+
+    runs = [record("resnet8", 0, [0.5, 0.7]), record("vit", 1, [0.2, 0.6])]
+    runs.append(record("vit", 0, [0.4, 0.8]))
+    curves = learning_curves(runs)
+    assert list(curves) == ["vit", "resnet8"] and curves["vit"]["seeds"] == [0, 1]
+    assert curves["vit"]["val_accuracy"] == {
+        "mean": pytest.approx([0.3, 0.7]),
+        "min": [0.2, 0.6],
+        "max": [0.4, 0.8],
+    }
+    fig = plot_learning_curves(runs)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["training loss", "validation accuracy (%)"]
+    with pytest.raises(ValueError, match=r"no history .*\['vit-s2'\]"):
+        learning_curves([*runs, record("vit", 2, None, history=False)])
+    with pytest.raises(ValueError, match="several configurations"):
+        learning_curves([*runs, {**record("vit", 2, [0.1, 0.2]), "train_size": 4000}])
 
 
 # --- chapter 9 ----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Checkers for chapter 8: DeiT's hard-label distillation loss, and Mixup as torchvision's
-``v2.MixUp`` pairs a batch. (The greyscale ResNet-18 baseline's checker is in
+"""Checkers for chapter 8: DeiT's hard-label distillation loss, Mixup as torchvision's
+``v2.MixUp`` pairs a batch, and a prediction of the ViT's accuracy on 1,000 images, graded
+against the committed study. (The greyscale ResNet-18 baseline's checker is in
 :mod:`vit_tutorial.exercises.greyscale_resnet`.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,11 +19,13 @@ from vit_tutorial.exercises._common import (
     close,
     dtype_name,
     grade_loss,
+    grade_prediction,
     passed,
     shape_of,
 )
+from vit_tutorial.notebook import repository_file
 
-__all__ = ["check_distillation_loss", "check_mixup"]
+__all__ = ["check_distillation_loss", "check_mixup", "check_vit_accuracy_prediction"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,4 +309,51 @@ def check_mixup(fn: Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]
         "check_mixup",
         "images and labels mixed as torchvision's v2.MixUp mixes them, on "
         f"{len(cases)} batches (float32 and float64).",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Predict, then measure: the ViT on 1,000 images
+
+STUDY = "benchmarks/results/fashion_mnist_study.json"
+"""Chapter 8's committed study: every run of the data-scaling race, three seeds each."""
+
+
+def study_accuracy(model: str, train_size: int) -> float:
+    """The mean test accuracy, in %, of ``model`` trained on ``train_size`` images in
+    :data:`STUDY` (3 seeds, no augmentation, mean pooling, the study's step budget)."""
+    study = json.loads(repository_file(STUDY).read_text())
+    wanted = (model, train_size, "none", "mean", False)
+    fields = ("model", "train_size", "augmentation", "pool", "distilled")
+    (row,) = [c for c in study["configurations"] if tuple(c[f] for f in fields) == wanted]
+    return 100 * row["mean_test_accuracy"]
+
+
+@checker
+def check_vit_accuracy_prediction(predicted: Any) -> None:
+    """Grade a prediction of the plain ViT's test accuracy, in %, trained on 1,000 images
+    under chapter 8's step budget: the mean of its 3 seeds in :data:`STUDY`, within ±4% of
+    it (about 3 points). Named slips: a fraction for a percentage, the test error, the
+    accuracy on all 55,000 images, chance."""
+    actual = study_accuracy("vit", 1000)
+    full = study_accuracy("vit", 55_000)
+    slips = [
+        ("write it in percent (74.4 for 74.4%), not as a fraction", actual / 100),
+        ("that is the test error, 100 minus the accuracy: predict the accuracy", 100 - actual),
+        (
+            f"that is about what the ViT reaches with all 55,000 images ({full:.1f}%): with "
+            f"1,000 it loses {full - actual:.0f} points",
+            full,
+        ),
+        ("that is chance, one class in ten: the ViT learns much more than that", 10.0),
+    ]
+    grade_prediction(
+        "check_vit_accuracy_prediction",
+        "predicted_vit_accuracy",
+        predicted,
+        actual,
+        what="percent test accuracy",
+        tolerance=0.04,
+        slips=slips,
+        source="mean of 3 seeds, fashion_mnist_study.json",
     )

@@ -1,10 +1,13 @@
 """Checkers for chapter 9: MAE's loss on normalised hidden patches, and the decoder's input
-with mask tokens, as :mod:`vit_tutorial.mae` computes them. (The random masking's checker
-is in :mod:`vit_tutorial.exercises.random_masking`.)"""
+with mask tokens, as :mod:`vit_tutorial.mae` computes them, and a prediction of what MAE
+pre-training adds with 100 labels per class, graded against the committed runs. (The random
+masking's checker is in :mod:`vit_tutorial.exercises.random_masking`.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from einops import rearrange
@@ -17,14 +20,16 @@ from vit_tutorial.exercises._common import (
     diagnose,
     dtype_name,
     grade_loss,
+    grade_prediction,
     passed,
     shape_of,
 )
 from vit_tutorial.losses import masked_patch_loss
 from vit_tutorial.mae import normalized_patches
+from vit_tutorial.notebook import repository_file
 from vit_tutorial.patches import image_to_patches
 
-__all__ = ["check_mae_loss", "check_decoder_tokens"]
+__all__ = ["check_mae_loss", "check_decoder_tokens", "check_mae_gain_prediction"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,4 +303,46 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         "check_decoder_tokens",
         "the visible tokens and N - N_keep mask tokens, back in the original order, on "
         f"{len(cases)} cases (float32 and float64).",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Predict, then measure: what pre-training adds
+
+PRETRAINING = "benchmarks/results/pretraining.json"
+"""Chapter 9's committed runs: pre-training once, fine-tuning and probing with three seeds."""
+
+
+def finetuned_accuracy(start: str, per_class: int = 100) -> float:
+    """The mean test accuracy, in %, of the ViT fine-tuned from ``start`` (``'scratch'``,
+    ``'mae'`` or ``'supervised'``) with ``per_class`` labelled images per class, in the
+    ``target`` part of :data:`PRETRAINING` (3 seeds)."""
+    summary = json.loads(repository_file(PRETRAINING).read_text())["target"]["summary"]
+    wanted = ("finetune", start, per_class)
+    (row,) = [s for s in summary if (s["mode"], s["start"], s["per_class"]) == wanted]
+    return 100 * row["mean"]
+
+
+@checker
+def check_mae_gain_prediction(predicted: Any) -> None:
+    """Grade a prediction of what MAE pre-training adds, in points of test accuracy, to the
+    ViT fine-tuned with 100 labelled images per class, over the same ViT from scratch: the
+    difference of the means of 3 seeds in :data:`PRETRAINING`, within ±30% of it. Named
+    slips: a fraction for points, the accuracy for the gain, the wrong sign."""
+    mae, scratch = finetuned_accuracy("mae"), finetuned_accuracy("scratch")
+    gain = mae - scratch
+    slips = [
+        (f"give it in points ({gain:.1f}), not as a fraction", gain / 100),
+        (f"that is the accuracy of the pre-trained ViT ({mae:.1f}%): predict its lead", mae),
+        ("that is the sign the other way: the pre-trained start is ahead", -gain),
+    ]
+    grade_prediction(
+        "check_mae_gain_prediction",
+        "predicted_mae_gain",
+        predicted,
+        gain,
+        what="points",
+        tolerance=0.3,
+        slips=slips,
+        source=f"MAE {mae:.1f}% against scratch {scratch:.1f}%, pretraining.json",
     )

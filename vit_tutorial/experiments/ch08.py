@@ -13,6 +13,12 @@ preset's model); ``'resnet18'``, torchvision's with a one-channel first convolut
 the ViT in parameters and FLOPs (:func:`resnet8_greyscale`). The augmentations
 (:data:`AUGMENTATIONS`) are ``torchvision.transforms.v2``'s.
 
+Each run records its learning curve (``history``: at :data:`HISTORY_POINTS` evenly spread
+epochs, the step, the mean training loss since the previous point and the validation
+accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
+side (both from :mod:`vit_tutorial.experiments._history`). The study's runs made before
+histories were recorded have none.
+
 Example:
     >>> spec = RunSpec("hybrid", train_size=1000, seed=0, steps=50)
     >>> spec.epochs, spec.settings.epochs
@@ -37,6 +43,13 @@ from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import fashion_mnist_datasets
 from vit_tutorial.engine import Device, FitSettings, evaluate, fit, resolve_device
 from vit_tutorial.experiments import epochs_for
+from vit_tutorial.experiments._history import (
+    HISTORY_POINTS,
+    ScoringLoader,
+    history_epochs,
+    learning_curves,
+    plot_learning_curves,
+)
 from vit_tutorial.losses import HardDistillation
 from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer
@@ -46,13 +59,17 @@ __all__ = [
     "BATCH_SIZE",
     "FIT",
     "FULL_TRAIN_SIZE",
+    "HISTORY_POINTS",
     "MODELS",
     "STEPS",
     "VIT_MODEL",
     "Augmentation",
     "RunSpec",
     "build_model",
+    "history_epochs",
+    "learning_curves",
     "load_teacher",
+    "plot_learning_curves",
     "resnet18_greyscale",
     "resnet8_greyscale",
     "run",
@@ -254,16 +271,18 @@ def run(
     amp: str | None = "auto",
     num_workers: int = 0,
     save_to: str | Path | None = None,
+    history_points: int = HISTORY_POINTS,
 ) -> dict[str, Any]:
     """Train the run ``spec`` describes (``device``, ``amp``: :func:`~vit_tutorial.engine.fit`'s):
     ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
     distilled run learns from ``teacher`` (:class:`~vit_tutorial.losses.HardDistillation`);
-    ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`)."""
+    ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
+    ``history`` is the learning curve at ``history_points`` epochs (:func:`history_epochs`,
+    :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`); scoring it,
+    ``history_seconds``, changes no weight."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
-    target = Path(save_to or "")  # a path that is a folder, or inside a file: fail now
-    if save_to is not None and (target.is_dir() or any(map(Path.is_file, target.parents))):
-        raise ValueError(f"save_to={str(save_to)!r} is a folder or inside a file, not a file")
+    _check_save_to(save_to)
     augmentation = AUGMENTATIONS[spec.augmentation]
     data = fashion_mnist_datasets(
         data_root,
@@ -280,25 +299,35 @@ def run(
     )
     settings = spec.settings
     loss = HardDistillation(teacher, settings.label_smoothing) if spec.distilled else None
-    history = fit(
-        model, data.train_loader, None, settings, loss=loss, device=device, amp=amp, progress=False
-    )
+    points = history_epochs(settings.epochs, history_points)  # refuses 0 points
+    loader = ScoringLoader(data.train_loader, model, data.val_loader, points, device, amp)
+    history = fit(model, loader, None, settings, loss=loss, device=device, amp=amp, progress=False)
     tic = time.perf_counter()
+    val_accuracy = evaluate(model, data.val_loader, device, amp)["accuracy"]
     result = {
         **dataclasses.asdict(spec),
         "key": spec.key,
         "epochs": settings.epochs,
         "optimizer_steps": settings.epochs * len(data.train_loader),
         "test_accuracy": evaluate(model, data.test_loader, device, amp)["accuracy"],
-        "val_accuracy": evaluate(model, data.val_loader, device, amp)["accuracy"],
-        "train_seconds": round(sum(history["time"]), 2),
+        "val_accuracy": val_accuracy,
+        "train_seconds": round(sum(history["time"]) - loader.seconds, 2),
         "final_train_loss": round(history["train_loss"][-1], 4),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "history": loader.curve(history["train_loss"], val_accuracy),
+        "history_seconds": round(loader.seconds, 2),
     }
     result["eval_seconds"] = round(time.perf_counter() - tic, 2)
     if save_to is not None:
         save_checkpoint(save_to, model)
     return result
+
+
+def _check_save_to(save_to: str | Path | None) -> None:
+    """Refuse, before any training, a ``save_to`` that is a folder or inside a file."""
+    target = Path(save_to or "")
+    if save_to is not None and (target.is_dir() or any(map(Path.is_file, target.parents))):
+        raise ValueError(f"save_to={str(save_to)!r} is a folder or inside a file, not a file")
 
 
 def load_teacher(path: str | Path, device: Device = "cpu") -> nn.Module:
