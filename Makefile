@@ -29,7 +29,7 @@ help:
 	@echo "make test-elsewhere  the slower checks: a foreign CPU, Colab, the oldest torch"
 	@echo "make notebooks  re-execute every notebook in place (after changing a module);"
 	@echo "                NB=book/01_attention.ipynb for one"
-	@echo "make colab-cells  rewrite each notebook's first cell from _config.yml's repository"
+	@echo "make colab-cells  rewrite each notebook's Colab badge and install cell from _config.yml"
 	@echo "make bench      run the scripts in benchmarks/"
 	@echo "make lock       rewrite constraints.txt with the exact versions in .venv"
 

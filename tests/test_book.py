@@ -14,7 +14,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from colab_cell import colab_cell_source
+from colab_cell import badge_cell_source, colab_cell_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -56,8 +56,36 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
 
 
 @pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
-def test_first_cell_installs_from_the_configured_repository(chapter):
-    first = load(chapter)["cells"][0]
+def test_first_cell_is_a_colab_badge_that_the_book_leaves_out(chapter):
+    badge = load(chapter)["cells"][0]
+    assert badge["cell_type"] == "markdown", "run `make colab-cells`"
+    assert source(badge) == badge_cell_source(chapter), "run `make colab-cells`"
+    assert f"/blob/main/{chapter.relative_to(ROOT).as_posix()})" in source(badge)
+    # GitHub and Jupyter show it; the rendered page loads nothing from the network
+    assert "remove-cell" in badge["metadata"].get("tags", []), "run `make colab-cells`"
+
+
+def test_make_colab_cells_adds_the_badge_once(tmp_path, monkeypatch):
+    import colab_cell
+
+    monkeypatch.setattr(colab_cell, "ROOT", tmp_path)
+    monkeypatch.setattr(colab_cell, "repository", lambda: ("https://github.com/o/r", "dev"))
+    path = tmp_path / "book" / "01_x.ipynb"
+    path.parent.mkdir()
+    install = {"cell_type": "code", "id": "i", "metadata": {}, "source": [], "outputs": []}
+    title = {"cell_type": "markdown", "id": "t", "metadata": {}, "source": ["# 1. X"]}
+    path.write_text(json.dumps({"cells": [install, title], "metadata": {}, "nbformat": 4}))
+    assert colab_cell.write(path) and not colab_cell.write(path)  # the second run: no change
+    cells = json.loads(path.read_text())["cells"]
+    assert [c["cell_type"] for c in cells] == ["markdown", "code", "markdown"]
+    assert source(cells[0]).endswith("/github/o/r/blob/dev/book/01_x.ipynb)")
+    assert source(cells[1]) == colab_cell.colab_cell_source()
+    assert all("remove-cell" in c["metadata"]["tags"] for c in cells[:2])
+
+
+@pytest.mark.parametrize("chapter", NOTEBOOKS, ids=name)
+def test_second_cell_installs_from_the_configured_repository(chapter):
+    first = load(chapter)["cells"][1]
     assert first["cell_type"] == "code"
     assert source(first) == colab_cell_source(), "run `make colab-cells`"
     assert first.get("outputs") == [], "the Colab cell must print nothing outside Colab"

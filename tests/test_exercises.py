@@ -62,6 +62,39 @@ def resize_table(table, old_grid, new_grid):
     return resize_pos_embed(table[None], old_grid, new_grid, num_prefix_tokens=0)[0]
 
 
+def token_input(variant="right"):
+    """A module for check_class_token_and_position: ``variant`` says which mistake it makes."""
+
+    class TokenInput(torch.nn.Module):
+        def __init__(self, num_patches, dim):
+            super().__init__()
+            batch = 4 if variant == "batch dimension" else 1  # torch.randn(batch, 1, D)
+            self.cls_token = torch.nn.Parameter(torch.randn(batch, 1, dim))
+            rows = num_patches if variant == "N rows" else num_patches + 1
+            self.pos_embed = torch.nn.Parameter(torch.randn(1, rows, dim))
+
+        def forward(self, tokens):
+            B, N, _ = tokens.shape
+            cls, pos = self.cls_token.expand(B, -1, -1), self.pos_embed
+            return {
+                "right": lambda: torch.cat([cls, tokens], dim=1) + pos,
+                "repeat": lambda: torch.cat([self.cls_token.repeat(B, 1, 1), tokens], 1) + pos,
+                "class row apart": lambda: torch.cat([cls + pos[:, :1], tokens + pos[:, 1:]], 1),
+                "batch dimension": lambda: torch.cat([self.cls_token, tokens], 1) + pos,
+                "N rows": lambda: torch.cat([cls, tokens + pos], 1),
+                "before": lambda: torch.cat([cls, tokens + pos[:, :N]], 1),
+                "before, crash": lambda: torch.cat([cls, tokens + pos], 1),
+                "no class position": lambda: torch.cat([cls, tokens + pos[:, 1:]], 1),
+                "at the end": lambda: torch.cat([tokens, cls], 1) + pos,
+                "axis 2": lambda: torch.cat([cls, tokens], 2) + pos,
+                "axis 0": lambda: torch.cat([cls, tokens], 0) + pos,
+                "not expanded": lambda: torch.cat([self.cls_token, tokens], 1) + pos,
+                "detached": lambda: torch.cat([cls.detach(), tokens], 1) + pos,
+            }[variant]()
+
+    return TokenInput
+
+
 def layer_norm(x, weight, bias, eps):
     return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
@@ -164,12 +197,17 @@ REFERENCES = {
     "check_sinusoidal_2d": sinusoidal_2d,
     "check_relative_position_index": relative_index,
     "check_resize_table": resize_table,
+    "check_class_token_and_position": token_input(),
+    "check_tokens_prediction": 785,  # (224 / 8)² patches and the class token
+    "check_bias_table_prediction": 26_544,  # ((2·24 - 1)² + 3)·12
     "check_drop_path": drop_path,
     "check_block_forward": lambda block, x: block(x),
     "check_layer_norm": layer_norm,
     "check_param_count": param_count,
     "check_predict": top_k,
     "check_pooling": pooled,
+    "check_block_params_prediction": 12 * 192**2 + 13 * 192,  # EncoderBlock(192, 3): 444,864
+    "check_patch_flops_prediction": 156_296_675_328 / 35_127_656_448,  # vit_flops, B/8 / B/16
     "check_lr_schedule": lr_at,
     "check_param_groups": param_groups,
     "check_smoothed_cross_entropy": lambda logits, targets, eps: F.cross_entropy(
@@ -178,12 +216,18 @@ REFERENCES = {
     "check_axial_attention": along,
     "check_axial_scores": axial_scores,
     "check_axial_mask": axial_mask,
+    "check_attention_memory_prediction": 12 * 577**2 * 4 / 2**20,  # ViT-B/16 at 384×384
+    "check_axial_flops_prediction": attention_flops(14, 768, "full")
+    / attention_flops(14, 768, "axial"),
+    "check_no_position_prediction": 92.6,  # the committed digits_ablation.json, pos-none
     "check_greyscale_resnet": resnet18_greyscale,
     "check_distillation_loss": engine_distillation_loss,
     "check_mixup": mixup_by_lerp,
+    "check_vit_accuracy_prediction": 74.44,  # fashion_mnist_study.json: vit, 1,000 images
     "check_random_masking": random_masking,
     "check_mae_loss": mae_loss,
     "check_decoder_tokens": package_decoder_tokens,
+    "check_mae_gain_prediction": 6.37,  # pretraining.json: MAE minus scratch, 100 per class
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -269,6 +313,14 @@ def test_accepts_a_correct_answer_computed_in_float64(name, capsys):
 
 # ---------------------------------------------------------------------------------------
 # Other correct answers that used to be rejected
+
+
+@pytest.mark.parametrize("variant", ["repeat", "class row apart"])
+def test_check_class_token_and_position_accepts_repeat_and_the_class_row_added_apart(
+    variant, capsys
+):
+    exercises.check_class_token_and_position(token_input(variant))
+    assert capsys.readouterr().out.startswith("Correct! check_class_token_and_position")
 
 
 def test_check_predict_accepts_an_answer_that_restores_training_mode():
@@ -470,6 +522,8 @@ def count_without(term):
             "LayerNorm shifts": (2 * L + 1) * D,
             "N not squared": (grid * grid - grid) * D,
             "MLP ratio 4": -L * (4 * D - r) * (2 * D + 1),
+            "MLP biases": L * (r + D),  # = 3·L·D, the qkv biases, at mlp_ratio 2
+            "in_channels": (c.in_channels - 1) * c.patch_size**2 * D,
         }[term]
         return param_count(c) - off
 
@@ -481,6 +535,14 @@ def axial_mask_column_major(grid_size, axis):
     n = torch.arange(gh * gw)
     line = n // gh if axis == "height" else n % gh  # column, or row, of token n = col·Gh + row
     return line[:, None] == line[None, :]
+
+
+def relative_index_column_major(grid_size):
+    """Patch n read at (n % Gh, n // Gh), as torch.meshgrid(..., indexing="xy") gives it."""
+    gh, gw = grid_size
+    coords = torch.stack(torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="xy"))
+    offset = coords.flatten(1)[:, :, None] - coords.flatten(1)[:, None, :]  # (2, N, N)
+    return (offset[0] + gh - 1) * (2 * gw - 1) + offset[1] + gw - 1
 
 
 def sinusoidal_column_major(grid_size, dim):
@@ -846,6 +908,8 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_param_count", count_without("LayerNorm shifts"), "shifts β are missing"),
     ("check_param_count", count_without("N not squared"), "not H/P = 4"),
     ("check_param_count", count_without("MLP ratio 4"), "not 4·D = 256"),
+    ("check_param_count", count_without("MLP biases"), "the MLP's two biases are missing"),
+    ("check_param_count", count_without("in_channels"), "C·P²·D weights: C = 3"),
     ("check_predict", lambda model, x, k: tuple(top_k(model, x, k))[::-1], "outputs are swapped"),
     ("check_pooling", mean_with_class_token, "averaged the class token in"),
     ("check_pooling", lambda x, pool, k: x[:, -1], "took the last token"),
@@ -976,6 +1040,21 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ),
     ("check_axial_mask", axial_mask_column_major, "numbered the tokens column-major"),
     ("check_axial_mask", lambda grid_size, axis: ~axial_mask(grid_size, axis), "inverted"),
+    ("check_class_token_and_position", token_input("batch dimension"), "a batch dimension"),
+    ("check_class_token_and_position", token_input("N rows"), "pos_embed has N = 6 rows"),
+    ("check_class_token_and_position", token_input("before"), "added before the class token"),
+    ("check_class_token_and_position", token_input("before, crash"), "added to the N patch"),
+    ("check_class_token_and_position", token_input("no class position"), "gets no position"),
+    ("check_class_token_and_position", token_input("at the end"), "at the end of the sequence"),
+    ("check_class_token_and_position", token_input("axis 2"), "along dimension 2"),
+    ("check_class_token_and_position", token_input("axis 0"), "along dimension 0"),
+    ("check_class_token_and_position", token_input("not expanded"), "expanded to the batch"),
+    ("check_class_token_and_position", token_input("detached"), "no gradient reaches"),
+    (
+        "check_relative_position_index",
+        relative_index_column_major,
+        "offsets of column-major coordinates",
+    ),
 ]
 
 
@@ -990,6 +1069,14 @@ def test_param_count_does_not_blame_the_class_token_for_the_final_layernorm():
     with pytest.raises(AssertionError) as error:
         exercises.check_param_count(count_without("final LayerNorm"))
     assert "class token is missing twice" not in flat(str(error.value))
+
+
+def test_param_count_tells_the_qkv_biases_from_the_mlp_biases_of_the_same_count():
+    """At mlp_ratio 2 both are 3·D per block; the other configurations tell them apart."""
+    for term, other in (("qkv bias", "MLP's two biases"), ("MLP biases", "query, key")):
+        with pytest.raises(AssertionError) as error:
+            exercises.check_param_count(count_without(term))
+        assert other not in flat(str(error.value)), term
 
 
 # ---------------------------------------------------------------------------------------
@@ -1049,7 +1136,7 @@ def stub_that_fails_later(*args):
     raise NotImplementedError("a helper is still to be written")
 
 
-@pytest.mark.parametrize("name", CHECKERS)
+@pytest.mark.parametrize("name", [n for n in CHECKERS if not n.endswith("_prediction")])
 def test_an_untouched_stub_is_reported_as_not_attempted(name, capsys):
     torch.manual_seed(1234)
     before = torch.get_rng_state()
@@ -1058,6 +1145,12 @@ def test_an_untouched_stub_is_reported_as_not_attempted(name, capsys):
         "not attempted yet: fill in `untouched_stub` above and re-run\n"
     )
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKERS if n.endswith("_prediction")])
+def test_an_untouched_prediction_is_reported_as_not_attempted(name, capsys):
+    getattr(exercises, name)(...)  # the chapter's stub: `predicted_x = ...`
+    assert capsys.readouterr().out.startswith("not attempted yet: fill in `predicted_")
 
 
 def test_not_attempted_names_the_learners_function_whatever_its_name(capsys):
@@ -1097,3 +1190,52 @@ def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
         grade_prediction("check_x", "x", "100", 100, what="tokens", tolerance=0.1)
     grade_prediction("check_x", "x", ..., 100, what="tokens", tolerance=0.1)
     assert capsys.readouterr().out == "not attempted yet: fill in `x` above and re-run\n"
+
+
+@pytest.mark.parametrize(
+    "name, wrong, slip",
+    [
+        ("check_attention_memory_prediction", 1.78, "within ±10%"),  # the 224×224 size
+        ("check_attention_memory_prediction", 577**2 * 4 / 2**20, "you left out the heads"),
+        ("check_attention_memory_prediction", 1.7765 * 577 / 197, "grow with the square"),
+        ("check_attention_memory_prediction", 6 * 577**2 * 4 / 2**20, "2 bytes per entry"),
+        ("check_axial_flops_prediction", 3.0, "within ±10%"),
+        ("check_tokens_prediction", 786, "Count the patches, then the class token"),
+        ("check_tokens_prediction", 784, "You left out the class token"),
+        ("check_tokens_prediction", 393, "N grows 4×, not 2×"),
+        ("check_tokens_prediction", 788, "not (4·197)"),
+        ("check_bias_table_prediction", 30_000, "Count the 2D offsets"),
+        ("check_bias_table_prediction", 26_508, "left out the class token's 3 entries"),
+        ("check_bias_table_prediction", (24 * 24 + 3) * 12, "an offset, not a position"),
+        ("check_bias_table_prediction", 732 * 12, "the table of the 14×14 grid"),
+        ("check_axial_flops_prediction", 7.0, "you counted the scores alone"),
+        ("check_axial_flops_prediction", 0.5, "the projections alone"),
+        ("check_axial_flops_prediction", 1.79, "that is axial / full"),
+        ("check_no_position_prediction", 60, "within ±15%"),
+        ("check_no_position_prediction", 44.6, "the ViT with its learned table"),
+        ("check_no_position_prediction", 324, "that is guessing"),
+        ("check_no_position_prediction", 74.28, "the accuracy in %"),
+        ("check_block_params_prediction", 12 * 192**2 * 1.06, "within ±5%"),
+        ("check_block_params_prediction", 4 * 192**2 + 4 * 192, "the attention alone"),
+        ("check_block_params_prediction", 10 * 192**2, "a D×D matrix each"),
+        ("check_block_params_prediction", 20 * 192**2, "heads split D"),
+        ("check_patch_flops_prediction", 5.0, "within ±5%"),
+        ("check_patch_flops_prediction", 4, "the token ratio"),
+        ("check_patch_flops_prediction", 16, "Only attention's T² part"),
+        ("check_patch_flops_prediction", 2, "N grows 4×, not 2×"),
+        ("check_vit_accuracy_prediction", 70.0, "within ±4%"),
+        ("check_vit_accuracy_prediction", 0.744, "in percent"),
+        ("check_vit_accuracy_prediction", 25.6, "the test error"),
+        ("check_vit_accuracy_prediction", 88.7, "with all 55,000 images"),
+        ("check_vit_accuracy_prediction", 10, "that is chance"),
+        ("check_mae_gain_prediction", 3.0, "within ±30%"),
+        ("check_mae_gain_prediction", 0.064, "in points"),
+        ("check_mae_gain_prediction", 79.3, "the accuracy of the pre-trained ViT"),
+        ("check_mae_gain_prediction", -6.4, "the sign the other way"),
+    ],
+)
+def test_prediction_checkers_reject_a_wrong_prediction_and_name_the_slip(name, wrong, slip):
+    with pytest.raises(AssertionError) as error:
+        getattr(exercises, name)(wrong)
+    message = flat(str(error.value))
+    assert "measured:" in message and slip in message

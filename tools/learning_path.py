@@ -56,8 +56,8 @@ CHAPTERS = (
     Chapter(
         "book/06_training",
         "Training on digits",
-        ("data", "engine", "losses", "recipes", "cli"),
-        ("vit",),
+        ("data", "engine", "losses", "recipes", "cli", "experiments"),
+        ("vit", "positional"),
     ),
     Chapter(
         "book/07_axial_attention",
@@ -92,7 +92,7 @@ EXERCISES = "exercises"  # the module every chapter's exercises import
 # Sizes in inches (the figure is 6.9 in wide: the ~690-px column at 100 dpi) and points.
 WIDTH, DPI, ROW, TOP = 6.9, 100, 0.56, 0.42
 CHAPTER_X, BOX_H, CHIP_H = 0.04, 0.34, 0.24
-TEXT_PAD, CHIP_PAD, GAP, ARROW = 0.1, 0.1, 0.08, 0.3  # text to box edge, chip gap, arrow length
+TEXT_PAD, CHIP_PAD, GAP, ARROW = 0.1, 0.07, 0.06, 0.3  # text to box edge, chip gap, arrow length
 FONT, CHIP_FONT, SMALL = 10, 9.5, 9
 BLUE, BLUE_EDGE, CHIP, CHIP_EDGE, GREY = "#dbe8f6", "#4a7ab5", "#f6d7a7", "#b07a2a", "#595959"
 RC = {"svg.hashsalt": "vit-tutorial-learning-path", "font.family": "DejaVu Sans"}

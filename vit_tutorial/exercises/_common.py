@@ -260,8 +260,9 @@ def grade_prediction(
     prints :data:`NOT_ATTEMPTED`). ``actual`` is an exact count or a committed result, never
     a live timing, so the verdict is the same on every machine. ``tolerance`` is a relative
     margin (``0.1`` accepts ±10%) or ``"sign"`` (the right direction of a change). Either way
-    the measured value is shown; a wrong prediction that equals one of ``slips`` (within the
-    same margin) gets that slip's explanation.
+    the measured value is shown; a wrong prediction that is one of ``slips`` (within the same
+    margin of the slip's number, and nearer to it than to ``actual``) gets that slip's
+    explanation.
 
     Example:
         >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
@@ -288,14 +289,19 @@ def grade_prediction(
     if agrees(predicted):
         passed(name, shown)
         return
-    margin = "the right sign" if tolerance == "sign" else f"within ±{float(tolerance):.0%}"
+    if tolerance == "sign":
+        margin = "the right sign"
+    else:
+        margin = f"within ±{float(tolerance):.0%}" if tolerance else "the exact number"
     hint = next(
-        (why for why, wrong in slips if wrong != actual and _agrees_with(predicted, wrong)),
+        (why for why, wrong in slips if _is_slip(predicted, wrong, actual, tolerance)),
         f"the exercise asks for {margin}",
     )
     raise AssertionError(f"{shown} {hint}")
 
 
-def _agrees_with(guess: float, value: float, rel: float = 0.02) -> bool:
-    """True when ``guess`` is within ``rel`` (2%) of ``value``: a slip's number, recognised."""
-    return abs(guess - value) <= rel * abs(value) + 1e-12
+def _is_slip(guess: float, wrong: float, actual: float, tolerance: float | str) -> bool:
+    """True when ``guess`` is a slip's number: within the exercise's margin of ``wrong`` (the
+    exact number when the margin is 0 or a sign) and nearer to it than to ``actual``."""
+    margin = 0.0 if tolerance == "sign" else float(tolerance) * abs(wrong)
+    return abs(guess - wrong) <= margin and abs(guess - wrong) < abs(guess - actual)
