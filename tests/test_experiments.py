@@ -102,6 +102,20 @@ def test_ch06_neighbour_contrast_sees_a_grid_in_sincos_and_none_in_noise_or_shuf
         ch06.neighbour_contrast(table, (7, 8))
 
 
+def _small_vit(**options):
+    """A one-block ViT on 8×8 greyscale images, 16 patches of 2×2."""
+    return VisionTransformer(
+        image_size=8,
+        patch_size=2,
+        in_channels=1,
+        num_classes=10,
+        dim=32,
+        depth=1,
+        num_heads=2,
+        **options,
+    )
+
+
 def test_ch06_permuted_token_logits_is_the_model_for_the_identity_and_shuffles_the_rest():
     torch.manual_seed(0)
     model = VisionTransformer(
@@ -119,33 +133,14 @@ def test_ch06_permuted_token_logits_is_the_model_for_the_identity_and_shuffles_t
         # without a position, mean pooling cannot see the order; with a class token, the same
         for pool in ("mean", "cls"):
             torch.manual_seed(0)
-            blind = VisionTransformer(
-                image_size=8,
-                patch_size=2,
-                in_channels=1,
-                num_classes=10,
-                dim=32,
-                depth=1,
-                num_heads=2,
-                pos_embed="none",
-                pool=pool,
-            )
+            blind = _small_vit(pos_embed="none", pool=pool)
             torch.nn.init.normal_(blind.head.weight)
             blind.eval()
             shuffled = ch06.permuted_token_logits(blind, images, torch.randperm(16))
             assert torch.allclose(shuffled, blind(images), atol=1e-5)
     with pytest.raises(ValueError, match="order must be a permutation of the 64 tokens"):
         ch06.permuted_token_logits(model, images, torch.zeros(64, dtype=torch.long))
-    relative = VisionTransformer(
-        image_size=8,
-        patch_size=2,
-        in_channels=1,
-        num_classes=10,
-        dim=32,
-        depth=1,
-        num_heads=2,
-        pos_embed="relative",
-    )
+    relative = _small_vit(pos_embed="relative")
     with pytest.raises(ValueError, match="needs a position table"):
         ch06.permuted_token_logits(relative, images, torch.arange(16))
     with pytest.raises(TypeError, match="epochs must be an integer, got '3'"):
