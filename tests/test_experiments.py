@@ -469,6 +469,7 @@ def test_learning_curves_average_the_seeds_and_refuse_runs_without_history():
         "min": [0.2, 0.6],
         "max": [0.4, 0.8],
     }
+    pytest.importorskip("matplotlib")  # the book extra's, not a runtime dependency
     fig = plot_learning_curves(runs)
     assert [ax.get_ylabel() for ax in fig.axes] == ["training loss", "validation accuracy (%)"]
     with pytest.raises(ValueError, match=r"no history .*\['vit-s2'\]"):

@@ -3,9 +3,10 @@
 
 from pathlib import Path
 
-import matplotlib
 import pytest
 
+# matplotlib is in the book extra, not a runtime dependency (`make old-torch` has none)
+matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
 import architecture_figure  # noqa: E402

@@ -225,11 +225,10 @@ def draw_vit_map(highlight: str | None = None, ax: Any = None) -> Any:
         ValueError: ``highlight`` is none of the names of :data:`PARTS`.
 
     Example:
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
-        >>> fig = draw_vit_map(highlight="block")
-        >>> fig.get_size_inches().tolist()
-        [7.0, 4.4]
+        In a notebook cell, ``draw_vit_map(highlight="block"); plt.show()`` (matplotlib is
+        imported inside: it is in the ``book`` extra, not a runtime dependency). A wrong name
+        is refused before anything is drawn:
+
         >>> draw_vit_map(highlight="head")
         Traceback (most recent call last):
         ...
@@ -261,10 +260,7 @@ def draw_encoder_block(ax: Any = None) -> Any:
         The matplotlib figure (show it with ``plt.show()``).
 
     Example:
-        >>> import matplotlib
-        >>> matplotlib.use("Agg")
-        >>> draw_encoder_block().get_size_inches().tolist()
-        [7.0, 2.9]
+        In a notebook cell, ``draw_encoder_block(); plt.show()``.
     """
     fig, ax = _axes(ax, _BLOCK_SIZE)
     p = _Painter(ax, "block")
