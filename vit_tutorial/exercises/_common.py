@@ -253,6 +253,7 @@ def grade_prediction(
     tolerance: float | str,
     slips: Iterable[tuple[str, float]] = (),
     source: str = "",
+    otherwise: str | None = None,
 ) -> None:
     """Grade a "predict, then measure" exercise: the learner's number against ``actual``.
 
@@ -262,7 +263,7 @@ def grade_prediction(
     margin (``0.1`` accepts ±10%) or ``"sign"`` (the right direction of a change). Either way
     the measured value is shown; a wrong prediction that is one of ``slips`` (within the same
     margin of the slip's number, and nearer to it than to ``actual``) gets that slip's
-    explanation.
+    explanation; any other wrong one gets ``otherwise`` (by default, the margin asked for).
 
     Example:
         >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
@@ -295,7 +296,7 @@ def grade_prediction(
         margin = f"within ±{float(tolerance):.0%}" if tolerance else "the exact number"
     hint = next(
         (why for why, wrong in slips if _is_slip(predicted, wrong, actual, tolerance)),
-        f"the exercise asks for {margin}",
+        otherwise or f"the exercise asks for {margin}",
     )
     raise AssertionError(f"{shown} {hint}")
 

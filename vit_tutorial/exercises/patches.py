@@ -334,9 +334,6 @@ def check_tokens_prediction(predicted_tokens: Any) -> None:
         N_16 + 1: "The number of tokens depends on P: N = HW/P².",
         gh: f"That is the side of the grid, 224/8 = {gh}: N is Gh·Gw.",
     }
-    # A count is exact: a slip is named only for its own number, the rest get one hint.
-    number = isinstance(predicted_tokens, (int, float))
-    hint = slips.get(predicted_tokens, "Count the patches, then the class token.") if number else ""
     grade_prediction(
         "check_tokens_prediction",
         "predicted_tokens",
@@ -344,6 +341,7 @@ def check_tokens_prediction(predicted_tokens: Any) -> None:
         N + 1,
         what="tokens",
         tolerance=0,
-        slips=[(hint, predicted_tokens)],
+        slips=[(why, count) for count, why in slips.items()],
         source=f"patch_grid(224, 8): {gh}×{gw} patches, plus the class token",
+        otherwise="Count the patches, then the class token.",
     )

@@ -367,10 +367,6 @@ def check_bias_table_prediction(predicted_bias_table: Any) -> None:
         (G * G + 1) ** 2 * h: "That is the (h, T, T) bias that the index reads out of the "
         "table; the table holds one entry per offset.",
     }
-    # A count is exact: a slip is named only for its own number, the rest get one hint.
-    number = isinstance(predicted_bias_table, (int, float))
-    otherwise = "Count the 2D offsets of the grid per head, then the class token's entries."
-    hint = slips.get(predicted_bias_table, otherwise) if number else ""
     grade_prediction(
         "check_bias_table_prediction",
         "predicted_bias_table",
@@ -378,6 +374,7 @@ def check_bias_table_prediction(predicted_bias_table: Any) -> None:
         actual,
         what="numbers",
         tolerance=0,
-        slips=[(hint, predicted_bias_table)],
+        slips=[(why, count) for count, why in slips.items()],
         source="RelativePositionBias(24, num_heads=12, num_prefix_tokens=1)",
+        otherwise="Count the 2D offsets of the grid per head, then the class token's entries.",
     )
