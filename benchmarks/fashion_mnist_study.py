@@ -19,9 +19,8 @@ end the log is summarised (per configuration, the mean and per-seed spread of te
 accuracy) into ``benchmarks/results/fashion_mnist_study.json`` with its provenance.
 
 Each run records its learning curve, ``history`` (``ch08.run``): at ``--history-points``
-epochs spread evenly over the budget (13 by default: one per epoch of the full training
-set), the step, the mean training loss since the previous point and the validation
-accuracy. The committed study's runs were made before that and have none. The curves of the
+steps spread evenly over the run (13 by default: one per epoch of the full training set),
+the step, the mean training loss since the previous point and the validation accuracy. The committed study's runs were made before that and have none. The curves of the
 smallest and largest sizes, 3 seeds, go into a log of their own, which resumes as any does::
 
     python benchmarks/fashion_mnist_study.py --parts scaling --sizes 1000 55000 --jobs 8 \
@@ -76,10 +75,13 @@ PARTS = ("scaling", "ablation", "distillation")
 QUICK_AUGMENTATIONS = ("none", "all")  # --quick: one row that uses every lever
 
 
-def specs(part: str, seeds: list[int], sizes, steps: int, quick: bool = False) -> list[RunSpec]:
-    """The runs of ``part``; a distillation run's teacher is a scaling run."""
+def specs(
+    part: str, seeds: list[int], sizes, steps: int, quick: bool = False, models=MODELS
+) -> list[RunSpec]:
+    """The runs of ``part``; a distillation run's teacher is a scaling run. ``models``: the
+    scaling part's."""
     if part == "scaling":
-        return [RunSpec(m, n, s, steps) for n in sizes for m in MODELS for s in seeds]
+        return [RunSpec(m, n, s, steps) for n in sizes for m in models for s in seeds]
     if part == "ablation":
         return [
             RunSpec("hybrid", max(sizes), s, steps, augmentation=a)
@@ -206,6 +208,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument(
+        "--models", nargs="+", choices=MODELS, default=list(MODELS), help="the scaling part's"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="parallel processes")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--log", type=Path, default=None)
@@ -246,7 +251,7 @@ def main() -> int:
     }
     wanted = {}
     for part in args.parts:
-        for spec in specs(part, args.seeds, args.sizes, args.steps, args.quick):
+        for spec in specs(part, args.seeds, args.sizes, args.steps, args.quick, args.models):
             wanted[spec.key] = spec
             if spec.distilled:  # and its teacher
                 wanted[spec.teacher.key] = spec.teacher

@@ -129,9 +129,9 @@ def test_fashion_mnist_study_quick(tmp_path):
     for r in record["runs"]:
         assert r["optimizer_steps"] >= 20 and r["epochs"] == 7  # 300 images: 3 steps each
         assert 0 <= r["test_accuracy"] <= 1 and 0 <= r["val_accuracy"] <= 1
-        # its learning curve: 2 points with --quick, at epochs 4 and 7 (3 steps each)
+        # its learning curve: 2 points with --quick, after steps 11 and 21 (3 an epoch)
         history = r["history"]
-        assert history["step"] == [12, 21], r["key"]
+        assert history["step"] == [11, 21], r["key"]
         assert all(math.isfinite(v) and v > 0 for v in history["train_loss"]), r["key"]
         assert all(0 <= v <= 1 for v in history["val_accuracy"]), r["key"]
         assert history["val_accuracy"][-1] == r["val_accuracy"]  # the last point is the run's

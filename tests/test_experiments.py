@@ -19,7 +19,7 @@ from vit_tutorial.experiments.ch08 import (
     STEPS,
     RunSpec,
     build_model,
-    history_epochs,
+    history_steps,
     learning_curves,
     load_teacher,
     plot_learning_curves,
@@ -423,7 +423,7 @@ def test_load_teacher_refuses_truncated_edited_or_other_files(tmp_path):
 def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
     path = tmp_path / "vit.pt"
     torch.manual_seed(0)
-    result = run(RunSpec("vit", 300, 0, 6), device="cpu", save_to=path)
+    result = run(RunSpec("vit", 300, 0, 6), device="cpu", save_to=path, history_points=2)
     assert result["epochs"] == 2 and result["optimizer_steps"] == 6
     assert result["key"] == "vit-n300-s0-none-t6"
     assert result["parameters"] == sum(p.numel() for p in build_model("vit").parameters())
@@ -434,22 +434,35 @@ def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
     initial = build_model("vit").state_dict()
     assert saved.keys() == initial.keys()
     assert not torch.equal(saved["head.weight"], initial["head.weight"])  # it trained
-    # its learning curve: a point after each of its 2 epochs, the last one the run's own
+    # its learning curve: 2 points, at the end of its 2 epochs, the last one the run's own
     assert result["history"]["step"] == [3, 6]
     assert result["history"]["val_accuracy"][-1] == result["val_accuracy"]
     assert result["history"]["train_loss"][-1] == result["final_train_loss"]
     # scoring the validation split mid-run changes nothing of the training
     alone = run(RunSpec("vit", 300, 0, 6), device="cpu", history_points=1)
     assert alone["history"]["step"] == [6]
+    both = (result["history"]["train_loss"][0] + result["final_train_loss"]) / 2
+    assert alone["history"]["train_loss"][0] == pytest.approx(both, abs=2e-4)
     for key in ("test_accuracy", "val_accuracy", "final_train_loss"):
         assert alone[key] == result[key], key
+    # nor does scoring it inside an epoch (3 steps an epoch: points after steps 2 and 5)
+    inside = run(RunSpec("vit", 300, 0, 6), device="cpu", history_points=4)
+    assert inside["history"]["step"] == [2, 3, 5, 6]
+    assert len(set(inside["history"]["val_accuracy"])) > 1  # scored at other weights
+    for key in ("test_accuracy", "val_accuracy", "final_train_loss"):
+        assert inside[key] == result[key], key
+    # the training loss between points: steps 4 and 5 (128 images each) and step 6 (44)
+    # make the last epoch
+    a, b = inside["history"]["train_loss"][2:]
+    assert (256 * a + 44 * b) / 300 == pytest.approx(result["final_train_loss"], abs=2e-4)
 
 
-def test_history_epochs_spread_the_points_and_end_at_the_last_epoch():
-    assert history_epochs(13) == list(range(1, 14)) and history_epochs(2, 13) == [1, 2]
-    assert history_epochs(699) == [54, 108, 162, 216, 269, 323, 377, 431, 484, 538, 592, 646, 699]
+def test_history_steps_spread_the_points_and_end_at_the_last_step():
+    assert history_steps(13) == list(range(1, 14)) and history_steps(2, 13) == [1, 2]
+    assert history_steps(5590) == list(range(430, 5591, 430))  # one an epoch of 55,000
+    assert history_steps(432) == [34, 67, 100, 133, 167, 200, 233, 266, 300, 333, 366, 399, 432]
     with pytest.raises(ValueError, match="points"):
-        history_epochs(10, 0)
+        history_steps(10, 0)
 
 
 def test_learning_curves_average_the_seeds_and_refuse_runs_without_history():

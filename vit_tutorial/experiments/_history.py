@@ -1,11 +1,11 @@
 """Learning curves of chapter 8's runs: when :func:`~vit_tutorial.experiments.ch08.run` scores
-the validation split (:func:`history_epochs`, :class:`ScoringLoader`), and the curves of
+the validation split (:func:`history_steps`, :class:`ScoringLoader`), and the curves of
 several runs, averaged over their seeds (:func:`learning_curves`) and drawn with the models
 side by side (:func:`plot_learning_curves`). :mod:`~vit_tutorial.experiments.ch08` re-exports
 them; this module imports nothing of it.
 
-A run's ``history`` holds three lists of one value per point: the optimiser ``step`` at the
-end of an epoch, the mean ``train_loss`` of the epochs since the previous point, and the
+A run's ``history`` holds three lists of one value per point: the optimiser ``step`` (inside an
+epoch or at its end), the mean ``train_loss`` of the steps since the previous point, and the
 ``val_accuracy`` (a fraction) at that step.
 """
 
@@ -26,7 +26,7 @@ from vit_tutorial.validate import check_int
 __all__ = [
     "HISTORY_POINTS",
     "ScoringLoader",
-    "history_epochs",
+    "history_steps",
     "learning_curves",
     "plot_learning_curves",
 ]
@@ -37,33 +37,38 @@ HISTORY_POINTS = 13
 NAMES = {"vit": "ViT", "hybrid": "hybrid ViT", "resnet18": "ResNet-18", "resnet8": "ResNet-8"}
 
 
-def history_epochs(epochs: int, points: int = HISTORY_POINTS) -> list[int]:
-    """The epochs after which a run records a point of its learning curve: ``points`` of
-    them, evenly spread, the last epoch included (every epoch when there are fewer).
+def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
+    """The optimiser steps after which a run records a point of its learning curve: ``points``
+    of them, evenly spread over its ``steps``, the last step included (every step when there
+    are fewer). A point may fall inside an epoch.
 
     Example:
-        >>> history_epochs(13), history_epochs(3)
-        ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [1, 2, 3])
-        >>> history_epochs(699, 4)  # 1,000 images: 8 steps an epoch
-        [175, 350, 525, 699]
+        >>> history_steps(5590)[:3], history_steps(3)  # 55,000 images: 430 steps an epoch
+        ([430, 860, 1290], [1, 2, 3])
+        >>> history_steps(432, 4)  # 1,000 images, 54 epochs of 8 steps
+        [108, 216, 324, 432]
     """
-    epochs = check_int("epochs", epochs)
-    points = min(epochs, check_int("points", points))
-    return sorted({math.ceil(k * epochs / points) for k in range(1, points + 1)})
+    steps = check_int("steps", steps)
+    points = min(steps, check_int("points", points))
+    return sorted({math.ceil(k * steps / points) for k in range(1, points + 1)})
 
 
 class ScoringLoader:
     """A training loader as :func:`~vit_tutorial.engine.fit` reads it (its batches, length and
-    sampler) that scores ``model`` on ``val_loader`` after each epoch of ``points`` but the
-    last (the run scores its final model itself): the accuracies in :attr:`accuracy`, the
-    seconds it took in :attr:`seconds`. The scoring draws nothing from the training's random
-    streams (a loader draws its base seed from the global generator), so the run trains
-    exactly as it would without it. :meth:`curve` then makes the run's ``history``."""
+    sampler) that scores ``model`` on ``val_loader`` after each step of ``points`` but the last
+    (the run scores its final model itself), mid-epoch too: the accuracies in
+    :attr:`accuracy`, the seconds it took in :attr:`seconds`. :meth:`recording` wraps the
+    run's loss so that the mean training loss of the steps between two points is kept. The
+    scoring draws nothing from the training's random streams (a loader draws its base seed
+    from the global generator), so the run trains exactly as it would without it.
+    :meth:`curve` then makes the run's ``history``."""
 
     def __init__(self, loader, model: nn.Module, val_loader, points: list[int], device, amp):
         self.loader, self.model, self.val_loader, self.points = loader, model, val_loader, points
         self.device, self.amp = device, amp
-        self.epoch, self.accuracy, self.seconds = 0, [], 0.0
+        self.step, self.accuracy, self.train_loss, self.seconds = 0, [], [], 0.0
+        self._loss_sum: Any = 0.0  # loss · batch size since the last point (a tensor)
+        self._loss_count = 0
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -73,28 +78,58 @@ class ScoringLoader:
         return self.loader.sampler
 
     def __iter__(self) -> Iterator:
-        yield from self.loader  # fit asks for the next batch once the last step is done
-        self.epoch += 1
-        if self.epoch in self.points[:-1]:
+        for batch in self.loader:
+            self._score_if_due()
+            yield batch  # fit asks for the next batch once this step is done
+            self.step += 1
+        self._score_if_due()
+
+    def _score_if_due(self) -> None:
+        done = len(self.accuracy)  # points scored so far
+        if done < len(self.points) - 1 and self.step == self.points[done]:
             tic = time.perf_counter()
             with torch.random.fork_rng(devices=[]):
                 score = evaluate(self.model, self.val_loader, self.device, self.amp)
             self.accuracy.append(score["accuracy"])
+            self._close_point()
             self.seconds += time.perf_counter() - tic
 
-    def curve(self, train_loss: list[float], val_accuracy: float) -> dict[str, list]:
-        """The run's ``history``, from ``fit``'s per-epoch ``train_loss`` and the final
-        model's ``val_accuracy``: at each point, the step, the mean training loss of the
-        epochs since the previous point (rounded to 4 decimals) and the validation accuracy."""
-        starts = [0, *self.points[:-1]]
+    def _close_point(self) -> None:
+        mean = self._loss_sum / max(self._loss_count, 1)
+        self.train_loss.append(round(float(mean), 4))
+        self._loss_sum, self._loss_count = 0.0, 0
+
+    def recording(self, loss: Any) -> nn.Module:
+        """``loss`` (``loss(outputs, images, targets) -> (value, logits)``), adding each step's
+        value times its batch size to the current point's sum (on the device: no sync)."""
+        return _RecordedLoss(loss, self)
+
+    def curve(self, val_accuracy: float) -> dict[str, list]:
+        """The run's ``history``, once it has trained, with the final model's ``val_accuracy``:
+        at each point, the step, the mean training loss of the steps since the previous point
+        (rounded to 4 decimals) and the validation accuracy."""
+        self._close_point()
         return {
-            "step": [epoch * len(self.loader) for epoch in self.points],
-            "train_loss": [
-                round(statistics.fmean(train_loss[a:b]), 4)
-                for a, b in zip(starts, self.points, strict=True)
-            ],
+            "step": list(self.points),
+            "train_loss": list(self.train_loss),
             "val_accuracy": [*self.accuracy, val_accuracy],
         }
+
+
+class _RecordedLoss(nn.Module):
+    """A run's loss that also adds each step's value to its :class:`ScoringLoader`'s sum (a
+    module, so that ``fit`` moves a teacher inside ``loss`` to the device)."""
+
+    def __init__(self, loss: Any, owner: ScoringLoader) -> None:
+        super().__init__()
+        self.loss, self.owner = loss, owner
+
+    def forward(self, outputs: Any, images: torch.Tensor, targets: torch.Tensor) -> Any:
+        value, logits = self.loss(outputs, images, targets)
+        owner = self.owner
+        owner._loss_sum = owner._loss_sum + value.detach().float() * len(targets)
+        owner._loss_count += len(targets)
+        return value, logits
 
 
 def learning_curves(runs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -13,9 +13,9 @@ preset's model); ``'resnet18'``, torchvision's with a one-channel first convolut
 the ViT in parameters and FLOPs (:func:`resnet8_greyscale`). The augmentations
 (:data:`AUGMENTATIONS`) are ``torchvision.transforms.v2``'s.
 
-Each run records its learning curve (``history``: at :data:`HISTORY_POINTS` evenly spread
-epochs, the step, the mean training loss since the previous point and the validation
-accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
+Each run records its learning curve (``history``: at :data:`HISTORY_POINTS` steps spread
+evenly over the run, the step, the mean training loss since the previous point and the
+validation accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
 side (both from :mod:`vit_tutorial.experiments._history`). The study's runs made before
 histories were recorded have none.
 
@@ -46,11 +46,11 @@ from vit_tutorial.experiments import epochs_for
 from vit_tutorial.experiments._history import (
     HISTORY_POINTS,
     ScoringLoader,
-    history_epochs,
+    history_steps,
     learning_curves,
     plot_learning_curves,
 )
-from vit_tutorial.losses import HardDistillation
+from vit_tutorial.losses import Classification, HardDistillation
 from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer
 
@@ -66,7 +66,7 @@ __all__ = [
     "Augmentation",
     "RunSpec",
     "build_model",
-    "history_epochs",
+    "history_steps",
     "learning_curves",
     "load_teacher",
     "plot_learning_curves",
@@ -277,9 +277,9 @@ def run(
     ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
     distilled run learns from ``teacher`` (:class:`~vit_tutorial.losses.HardDistillation`);
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
-    ``history`` is the learning curve at ``history_points`` epochs (:func:`history_epochs`,
-    :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`); scoring it,
-    ``history_seconds``, changes no weight."""
+    ``history`` is the learning curve at ``history_points`` steps spread evenly over the run
+    (:func:`history_steps`, :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`);
+    scoring it, ``history_seconds``, changes no weight."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     _check_save_to(save_to)
@@ -299,8 +299,11 @@ def run(
     )
     settings = spec.settings
     loss = HardDistillation(teacher, settings.label_smoothing) if spec.distilled else None
-    points = history_epochs(settings.epochs, history_points)  # refuses 0 points
+    loss = loss or Classification(settings.label_smoothing)  # fit's default
+    steps = settings.epochs * len(data.train_loader)
+    points = history_steps(steps, history_points)  # refuses 0 points
     loader = ScoringLoader(data.train_loader, model, data.val_loader, points, device, amp)
+    loss = loader.recording(loss)  # keeps the training loss between two points
     history = fit(model, loader, None, settings, loss=loss, device=device, amp=amp, progress=False)
     tic = time.perf_counter()
     val_accuracy = evaluate(model, data.val_loader, device, amp)["accuracy"]
@@ -308,13 +311,13 @@ def run(
         **dataclasses.asdict(spec),
         "key": spec.key,
         "epochs": settings.epochs,
-        "optimizer_steps": settings.epochs * len(data.train_loader),
+        "optimizer_steps": steps,
         "test_accuracy": evaluate(model, data.test_loader, device, amp)["accuracy"],
         "val_accuracy": val_accuracy,
         "train_seconds": round(sum(history["time"]) - loader.seconds, 2),
         "final_train_loss": round(history["train_loss"][-1], 4),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "history": loader.curve(history["train_loss"], val_accuracy),
+        "history": loader.curve(val_accuracy),
         "history_seconds": round(loader.seconds, 2),
     }
     result["eval_seconds"] = round(time.perf_counter() - tic, 2)
