@@ -18,7 +18,8 @@ How it measures:
 * **FLOPs**: :func:`vit_tutorial.axial.attention_flops`, by formula.
 
 Slopes are least-squares fits of log(time) and log(memory) against log(N) over the grids
-from 16×16 up; full attention tends to 2 (``O(N²)``), axial to 1.5 (``O(N·√N)``).
+from 16×16 up; full attention tends to 2 (``O(N²)``), axial to 1.5 (``O(N·√N)``). With
+fewer than two such grids there is no line to fit, and the script refuses ``--grids``.
 
 Usage: ``.venv/bin/python benchmarks/axial_attention.py [--threads 1] [--plot out.png]``
 """
@@ -37,6 +38,8 @@ from vit_tutorial.axial import AxialAttention, attention_flops
 from vit_tutorial.measure import median_seconds, peak_memory
 
 METHODS = ("full explicit", "full fused SDPA", "axial")
+#: The smallest grid side the slopes fit: below it, fixed costs bend the log-log lines.
+SMALLEST = 16
 
 
 def layers(dim: int, num_heads: int) -> dict[str, nn.Module]:
@@ -70,9 +73,14 @@ def measure(grids: list[int], dim: int, num_heads: int, repeats: int) -> dict[st
     return results
 
 
-def slope(grids: list[int], values: list[float], smallest: int = 16) -> float:
-    """Least-squares slope of log(values) against log(N = G²) over grids ``>= smallest``."""
+def slope(grids: list[int], values: list[float], smallest: int = SMALLEST) -> float:
+    """Least-squares slope of log(values) against log(N = G²) over grids ``>= smallest``;
+    ValueError with fewer than two such grids (no line to fit)."""
     keep = [i for i, g in enumerate(grids) if g >= smallest]
+    if len({grids[i] for i in keep}) < 2:
+        raise ValueError(
+            f"a slope needs two or more grids of {smallest}×{smallest} or above, got {grids}"
+        )
     n = np.log([grids[i] ** 2 for i in keep])
     return float(np.polyfit(n, np.log([values[i] for i in keep]), 1)[0])
 
@@ -87,7 +95,12 @@ def main() -> int:
     parser.add_argument("--plot", help="save a log-log plot of time and memory here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    grids = sorted(args.grids)
+    grids = sorted(set(args.grids))
+    if sum(g >= SMALLEST for g in grids) < 2:  # refused before anything is measured
+        parser.error(
+            f"--grids needs two or more grids of {SMALLEST}×{SMALLEST} or above for the "
+            f"slopes, got {args.grids}"
+        )
     print(
         f"one attention layer, B=1, D={args.dim}, h={args.num_heads}, float32, CPU, "
         f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, "

@@ -369,3 +369,19 @@ def test_committed_speed_results(name):
     worst = max(c["ratio_to_best"]["ratio"] for c in record["cases"])
     assert record["target_met"] is (worst <= 1.0)
     assert path.with_suffix(".md").is_file(), "the Markdown table beside the JSON"
+
+
+def test_axial_benchmark_refuses_grids_it_cannot_fit_a_slope_to():
+    # grids up to 16 only: one point at 16×16 or above, so no slope (it used to fit one)
+    command = [sys.executable, "benchmarks/axial_attention.py", "--grids", "8", "12", "16"]
+    refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--grids needs two or more grids of 16×16" in refused.stderr
+    assert refused.stdout == ""  # refused before measuring anything
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from axial_attention import slope
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert slope([8, 16, 32], [1.0, 4.0, 16.0]) == pytest.approx(1.0)  # time ∝ N
+    with pytest.raises(ValueError, match=r"two or more grids .* got \[8, 16, 16\]"):
+        slope([8, 16, 16], [1.0, 2.0, 2.0])
