@@ -25,12 +25,14 @@ MAX_MODULE_LINES = 400
 #: issue 25 on, the experiments grow with the chapters' runs (each module still within
 #: MAX_MODULE_LINES) and the cap binds the rest: 4,865 lines when it was set. From issue 26 on,
 #: ``figures.py`` (the map each chapter opens with, the block of chapter 4) is left out too:
-#: its drawings grow with the chapters, not the library; it keeps the per-module cap.
-MAX_CORE_LINES = 4900
+#: its drawings grow with the chapters, not the library; it keeps the per-module cap. Issue 27
+#: adds a model family, Swin (``windows.py``, ``swin.py``, ``swin_interop.py``: 806 lines).
+MAX_CORE_LINES = 5700
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings.
 UNCAPPED = ("experiments", "figures.py")
 #: Modules that define layers and models: they know nothing of how they are trained.
 MODEL_MODULES = ["attention", "patches", "positional", "encoder", "vit", "axial", "interop", "mae"]
+MODEL_MODULES += ["windows", "swin", "swin_interop"]
 
 
 def _name(path):

@@ -28,6 +28,8 @@ from vit_tutorial.positional import (
     sinusoidal_1d,
     sinusoidal_2d,
 )
+from vit_tutorial.swin import SWIN_PRESETS, SwinConfig, SwinTransformer, create_swin, swin_flops
+from vit_tutorial.swin_interop import swin_from_timm, swin_from_torchvision
 from vit_tutorial.vit import (
     PRESETS,
     VisionTransformer,
@@ -35,6 +37,15 @@ from vit_tutorial.vit import (
     attention_rollout,
     create_vit,
     vit_flops,
+)
+from vit_tutorial.windows import (
+    PatchMerging,
+    SwinBlock,
+    WindowAttention,
+    block_diagonal_mask,
+    shifted_window_mask,
+    window_partition,
+    window_reverse,
 )
 
 __version__ = "0.1.0"

@@ -298,12 +298,10 @@ def run(
         spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
     )
     settings = spec.settings
-    loss = HardDistillation(teacher, settings.label_smoothing) if spec.distilled else None
-    loss = loss or Classification(settings.label_smoothing)  # fit's default
     steps = settings.epochs * len(data.train_loader)
     points = history_steps(steps, history_points)  # refuses 0 points
     loader = ScoringLoader(data.train_loader, model, data.val_loader, points, device, amp)
-    loss = loader.recording(loss)  # keeps the training loss between two points
+    loss = loader.recording(_loss(spec, teacher, settings.label_smoothing))
     history = fit(model, loader, None, settings, loss=loss, device=device, amp=amp, progress=False)
     tic = time.perf_counter()
     val_accuracy = evaluate(model, data.val_loader, device, amp)["accuracy"]
@@ -324,6 +322,11 @@ def run(
     if save_to is not None:
         save_checkpoint(save_to, model)
     return result
+
+
+def _loss(spec: RunSpec, teacher: nn.Module | None, smoothing: float) -> Any:
+    """The run's loss: DeiT's hard distillation from ``teacher``, or fit's default."""
+    return HardDistillation(teacher, smoothing) if spec.distilled else Classification(smoothing)
 
 
 def _check_save_to(save_to: str | Path | None) -> None:
