@@ -57,6 +57,7 @@ from vit_tutorial.experiments.ch08 import (
     BATCH_SIZE,
     FULL_TRAIN_SIZE,
     HISTORY_POINTS,
+    LATER_MODELS,
     MODELS,
     STEPS,
     RunSpec,
@@ -209,7 +210,11 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument(
-        "--models", nargs="+", choices=MODELS, default=list(MODELS), help="the scaling part's"
+        "--models",
+        nargs="+",
+        choices=MODELS + LATER_MODELS,
+        default=list(MODELS),
+        help="the scaling part's (default: chapter 8's four; 'swin' is chapter 10's)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="parallel processes")
     parser.add_argument("--device", default="auto")

@@ -46,6 +46,7 @@ from vit_tutorial.finetune import finetune
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.recipes import RECIPES
+from vit_tutorial.swin import SWIN_PRESETS
 from vit_tutorial.vit import VisionTransformer
 
 # --- chapter 6 ----------------------------------------------------------------------------
@@ -250,6 +251,9 @@ def test_build_model_matches_the_cpu_recipe_and_the_stems():
     student = build_model("vit", pool="cls", distilled=True)
     assert student.config.distilled and student.config.pool == "cls"
     assert build_model("hybrid", drop_path=0.1).config.drop_path == 0.1
+    swin = build_model("swin")  # chapter 10's, matched to the ViT
+    assert swin.config == SWIN_PRESETS["swin_fashion"]
+    assert swin(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
 @pytest.mark.parametrize(
@@ -260,6 +264,7 @@ def test_build_model_matches_the_cpu_recipe_and_the_stems():
         (dict(name="resnet18", pool="cls"), "apply to the ViTs, not to 'resnet18'"),
         (dict(name="resnet18", drop_path=0.1), "apply to the ViTs, not to 'resnet18'"),
         (dict(name="resnet8", pool="cls"), "apply to the ViTs, not to 'resnet8'"),
+        (dict(name="swin", distilled=True), "apply to the ViTs, not to 'swin'"),
     ],
 )
 def test_build_model_errors(kwargs, message):

@@ -35,6 +35,7 @@ __all__ = [
 HISTORY_POINTS = 13
 #: The models' names in a legend, in the order they are drawn (others follow, as they come).
 NAMES = {"vit": "ViT", "hybrid": "hybrid ViT", "resnet18": "ResNet-18", "resnet8": "ResNet-8"}
+NAMES["swin"] = "Swin"
 
 
 def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:

@@ -51,6 +51,7 @@ from vit_tutorial.experiments._history import (
     plot_learning_curves,
 )
 from vit_tutorial.losses import Classification, HardDistillation
+from vit_tutorial.swin import create_swin
 from vit_tutorial.validate import check_bool, check_int
 from vit_tutorial.vit import VisionTransformer
 
@@ -60,6 +61,7 @@ __all__ = [
     "FIT",
     "FULL_TRAIN_SIZE",
     "HISTORY_POINTS",
+    "LATER_MODELS",
     "MODELS",
     "STEPS",
     "VIT_MODEL",
@@ -86,6 +88,9 @@ VIT_MODEL = dict(patch_size=4, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool
 #: warm-up (a thirteenth of the steps, whatever the size: :attr:`RunSpec.settings`).
 FIT = FitSettings(epochs=13, lr=2e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
 MODELS = ("vit", "hybrid", "resnet18", "resnet8")
+#: Models of later chapters that :func:`build_model` also builds: chapter 10's Swin
+#: (``vit_tutorial.swin``'s ``'swin_fashion'`` preset, matched to ``'vit'``).
+LATER_MODELS = ("swin",)
 #: The widths of :func:`resnet8_greyscale`'s three stages (14×14, 7×7 and 4×4 grids).
 RESNET8_WIDTHS = (32, 40, 80)
 
@@ -148,15 +153,17 @@ def build_model(
         return resnet18_greyscale()
     if name == "resnet8":
         return resnet8_greyscale()
+    if name == "swin":
+        return create_swin("swin_fashion")
     options = dict(VIT_MODEL, pool=pool, drop_path=drop_path, distilled=distilled)
     stem = "conv" if name == "hybrid" else "patch"
     return VisionTransformer(image_size=28, in_channels=1, num_classes=10, stem=stem, **options)
 
 
 def _check_model(name: str, pool: str, drop_path: float, distilled: bool) -> None:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
-    if name.startswith("resnet") and (distilled or drop_path or pool != "mean"):
+    if name not in MODELS + LATER_MODELS:
+        raise ValueError(f"unknown model {name!r}; expected one of {MODELS + LATER_MODELS}")
+    if name not in ("vit", "hybrid") and (distilled or drop_path or pool != "mean"):
         raise ValueError(
             f"pool, distilled and drop_path apply to the ViTs, not to {name!r} (it has no "
             "class token)"
