@@ -187,6 +187,68 @@ def package_decoder_tokens(latent, mask_token, ids_restore):
     return seen[0]
 
 
+def official_window_partition(x, M):
+    """The official code's window_partition (view, permute, view), flattened to (B·nW, M², C)."""
+    B, H, W, C = x.shape
+    x = x.view(B, H // M, M, W // M, M, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, M * M, C)
+
+
+def official_shift_mask(height, width, M, s):
+    """The official code's attn_mask as booleans: nine regions of img_mask by slices."""
+    img_mask = torch.zeros(1, height, width, 1)
+    slices = (slice(0, -M), slice(-M, -s), slice(-s, None))
+    for label, (h, w) in enumerate((h, w) for h in slices for w in slices):
+        img_mask[:, h, w, :] = label
+    windows = official_window_partition(img_mask, M)[..., 0]  # (nW, M²)
+    return windows[:, None, :] == windows[:, :, None]
+
+
+def official_relative_index(M):
+    """The official code's relative_position_index, by meshgrid."""
+    coords = torch.stack(torch.meshgrid(torch.arange(M), torch.arange(M), indexing="ij"))
+    flat = coords.flatten(1)  # (2, M²)
+    rel = (flat[:, :, None] - flat[:, None, :]).permute(1, 2, 0) + (M - 1)
+    return rel[..., 0] * (2 * M - 1) + rel[..., 1]
+
+
+def partition_by(pattern):
+    return lambda x, M: rearrange(x, f"b (nh m1) (nw m2) c -> {pattern}", m1=M, m2=M)
+
+
+def shift_mask_with(mistake):
+    """The shifted-window mask, or one of its usual mistakes."""
+
+    def fn(height, width, M, s):
+        if mistake == "additive":
+            return (~official_shift_mask(height, width, M, s)).float() * -100.0
+        first = mistake == "first s"
+        rows = torch.arange(height) < s if first else torch.arange(height) >= height - s
+        cols = torch.arange(width) < s if first else torch.arange(width) >= width - s
+        if mistake == "rows only":
+            cols = torch.zeros(width, dtype=torch.bool)
+        region = (2 * rows[:, None].long() + cols[None, :].long()).view(1, height, width, 1)
+        region = official_window_partition(region, M)[..., 0]
+        return region[:, :, None] == region[:, None, :]
+
+    return fn
+
+
+def relative_index_with(mistake):
+    def fn(M):
+        r, c = torch.arange(M * M) // M, torch.arange(M * M) % M
+        dr, dc = r[:, None] - r[None, :], c[:, None] - c[None, :]
+        return {
+            "2M+1": (dr + M - 1) * (2 * M + 1) + dc + M - 1,
+            "M": (dr + M - 1) * M + dc + M - 1,
+            "no offset": dr * (2 * M - 1) + dc,
+            "key - query": (M - 1 - dr) * (2 * M - 1) + M - 1 - dc,
+            "float": ((dr + M - 1) * (2 * M - 1) + dc + M - 1).float(),
+        }[mistake]
+
+    return fn
+
+
 REFERENCES = {
     "check_attention": multi_head,
     "check_masked_attention": masked,
@@ -228,6 +290,10 @@ REFERENCES = {
     "check_mae_loss": mae_loss,
     "check_decoder_tokens": package_decoder_tokens,
     "check_mae_gain_prediction": 6.37,  # pretraining.json: MAE minus scratch, 100 per class
+    "check_window_partition": official_window_partition,
+    "check_shift_mask": official_shift_mask,
+    "check_window_relative_index": official_relative_index,
+    "check_window_flops_prediction": 482 / 6656,  # (4C + 2M²) / (4C + 2hw), 56×56, C = 96
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -1055,6 +1121,26 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
         relative_index_column_major,
         "offsets of column-major coordinates",
     ),
+    ("check_window_partition", lambda x, M: x.reshape(-1, M * M, x.shape[-1]), "pieces of rows"),
+    ("check_window_partition", partition_by("(b nw nh) (m1 m2) c"), "column by column"),
+    ("check_window_partition", partition_by("(b nh nw) (m2 m1) c"), "(m1 m2), not (m2 m1)"),
+    ("check_window_partition", partition_by("(nh nw b) (m1 m2) c"), "the outer axis"),
+    ("check_window_partition", partition_by("b (nh nw) m1 m2 c"), "flatten each window"),
+    ("check_shift_mask", lambda h, w, M, s: torch.ones(h * w // M**2, M * M, M * M), "every entry"),
+    ("check_shift_mask", lambda *a: ~official_shift_mask(*a), "inverted"),
+    ("check_shift_mask", shift_mask_with("first s"), "a roll the other way, by +s"),
+    ("check_shift_mask", shift_mask_with("rows only"), "the wrapped rows only"),
+    ("check_shift_mask", shift_mask_with("additive"), "an additive mask"),
+    (
+        "check_shift_mask",
+        lambda h, w, M, s: torch.ones(h * w, h * w, dtype=torch.bool),
+        "one per window",
+    ),
+    ("check_window_relative_index", relative_index_with("2M+1"), "2M + 1 = 7"),
+    ("check_window_relative_index", relative_index_with("M"), "by M = 3"),
+    ("check_window_relative_index", relative_index_with("no offset"), "forgot to add M - 1"),
+    ("check_window_relative_index", relative_index_with("key - query"), "key minus query"),
+    ("check_window_relative_index", relative_index_with("float"), "must hold integers"),
 ]
 
 
@@ -1232,6 +1318,12 @@ def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
         ("check_mae_gain_prediction", 0.064, "in points"),
         ("check_mae_gain_prediction", 79.3, "the accuracy of the pre-trained ViT"),
         ("check_mae_gain_prediction", -6.4, "the sign the other way"),
+        ("check_window_flops_prediction", 0.5, "within ±10%"),
+        ("check_window_flops_prediction", 49 / 3136, "the scores alone"),
+        ("check_window_flops_prediction", 13.8, "that is MSA / W-MSA"),
+        ("check_window_flops_prediction", 398 / 6656, "M for M²"),
+        ("check_window_flops_prediction", 0.97, "the side of the grid"),
+        ("check_window_flops_prediction", 0.054, "at C = 64"),
     ],
 )
 def test_prediction_checkers_reject_a_wrong_prediction_and_name_the_slip(name, wrong, slip):

@@ -14,7 +14,14 @@ import matplotlib.colors as mcolors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from vit_tutorial.figures import GREY, HIGHLIGHT, PARTS, draw_encoder_block, draw_vit_map  # noqa: E402
+from vit_tutorial.figures import (  # noqa: E402
+    GREY,
+    HIGHLIGHT,
+    PARTS,
+    draw_encoder_block,
+    draw_swin_map,
+    draw_vit_map,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "book" / "images" / "vit_architecture.svg"
@@ -115,7 +122,7 @@ def test_the_encoder_block_names_the_package_modules_and_shapes():
     assert min(t.get_fontsize() for t in _texts(fig)) >= 9
 
 
-@pytest.mark.parametrize("draw", [draw_vit_map, draw_encoder_block])
+@pytest.mark.parametrize("draw", [draw_vit_map, draw_encoder_block, draw_swin_map])
 def test_no_text_leaves_the_figure_or_overlaps_another(draw):
     fig = draw()
     fig.canvas.draw()  # lays out the legend
@@ -141,3 +148,24 @@ def test_committed_svg_is_what_the_script_draws(tmp_path):
 def test_drawing_twice_gives_the_same_bytes(tmp_path):
     first = architecture_figure.write(tmp_path / "a.svg").read_bytes()
     assert architecture_figure.write(tmp_path / "b.svg").read_bytes() == first
+
+
+def test_the_swin_map_shows_four_shrinking_stages_beside_one_vit_resolution():
+    fig = draw_swin_map()
+    assert 6.5 <= fig.get_size_inches()[0] <= 7.0
+    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
+    (ax,) = fig.axes
+    squares = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "")[:4] in ("swin", "vit:")}
+    swin = [squares[f"swin:{i}"].get_width() for i in range(4)]
+    vit = {squares[f"vit:{i}"].get_width() for i in range(4)}
+    assert swin == sorted(swin, reverse=True) and len(set(swin)) == 4  # the grid halves
+    assert len(vit) == 1  # one resolution throughout
+    texts = " ".join(t.get_text() for t in _texts(fig))
+    for fact in ("56×56, C = 96", "28×28, C = 192", "14×14, C = 384", "7×7, C = 768"):
+        assert fact in texts, fact
+    assert "stage 3: 6 blocks" in texts and "blocks 10–12" in texts and "14×14, D = 768" in texts
+
+
+def test_the_swin_map_draws_into_given_axes():
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    assert draw_swin_map(ax=ax) is fig

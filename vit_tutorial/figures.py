@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PARTS", "HIGHLIGHT", "GREY", "draw_vit_map", "draw_encoder_block"]
+__all__ = ["PARTS", "HIGHLIGHT", "GREY", "draw_vit_map", "draw_encoder_block", "draw_swin_map"]
 
 #: The parts :func:`draw_vit_map` can highlight, and the chapter that builds each.
 PARTS: dict[str, str] = {
@@ -38,7 +38,7 @@ _COLOURS = {
 }
 _INK, _FADED, _ARROW = "#1a1a1a", "#6e6e6e", "#595959"
 _FONT, _SMALL = 10, 9
-_MAP_SIZE, _BLOCK_SIZE = (7.0, 4.4), (7.0, 2.9)  # inches
+_MAP_SIZE, _BLOCK_SIZE, _SWIN_SIZE = (7.0, 4.4), (7.0, 2.9), (7.0, 3.4)  # inches
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> tuple[Any, Any]:
@@ -307,3 +307,69 @@ def _draw_block_notes(p: _Painter) -> None:
     p.label(5.55, 0.25, "(B, T, rD) inside", ha="center", va="center")
     title = "EncoderBlock (vit_tutorial/encoder.py), pre-norm; r = mlp_ratio, B batch, T tokens"
     p.label(3.5, 2.72, title, ha="center", va="center")
+
+
+# Swin-T at 224×224 (Liu et al. 2021, Section 3.3): grid side, width C, blocks, windows per side
+_SWIN_T = [(56, 96, 2, 8), (28, 192, 2, 4), (14, 384, 6, 2), (7, 768, 2, 1)]
+_COLUMNS, _SIDES = (2.2, 3.55, 4.8, 6.05), (0.9, 0.66, 0.5, 0.38)
+
+
+def _grid_square(ax: Any, x: float, y: float, side: float, cuts: int, gid: str,
+                 colours: tuple[str, str], lw: float) -> None:  # fmt: skip
+    """A square feature map with lower-left corner ``(x, y)``, cut by ``cuts - 1`` lines."""
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((x, y), side, side, facecolor=colours[0], edgecolor=colours[1],
+                           lw=1.6, gid=gid))  # fmt: skip
+    for k in range(1, cuts):
+        t = k * side / cuts
+        ax.plot([x + t, x + t], [y, y + side], color=colours[1], lw=lw)
+        ax.plot([x, x + side], [y + t, y + t], color=colours[1], lw=lw)
+
+
+def _swin_row(p: _Painter, y: float, swin: bool) -> None:
+    """One row: an image, then four feature maps with their labels and arrows."""
+    colours = HIGHLIGHT if swin else _COLOURS["model"]
+    p.box(0.35, y, 0.5, 0.5, ("patches",), "", rounded=False)
+    p.label(0.6, y - 0.08, "image\n224×224", ha="center", va="top")
+    for i, (cx, side) in enumerate(zip(_COLUMNS, _SIDES if swin else (0.66,) * 4)):
+        grid, C, depth, windows = _SWIN_T[i] if swin else (14, 768, 3, 1)
+        _grid_square(p.ax, cx - side / 2, y, side, windows if swin else 14,
+                     f"{'swin' if swin else 'vit'}:{i}", colours, 1.2 if swin else 0.3)  # fmt: skip
+        blocks = f"stage {i + 1}: {depth} blocks" if swin else f"blocks {3 * i + 1}–{3 * i + 3}"
+        width = f"C = {C}" if swin else f"D = {C}"
+        p.label(cx, y - 0.08, f"{blocks}\n{grid}×{grid}, {width}", ha="center", va="top")
+        left = 0.9 if i == 0 else _COLUMNS[i - 1] + (_SIDES[i - 1] if swin else 0.66) / 2 + 0.05
+        p.arrow((left, y + 0.25), (cx - side / 2 - 0.05, y + 0.25))
+        text = ("patch 4×4" if swin else "patch 16×16") if i == 0 else "merge" if swin else ""
+        if text:
+            p.label((left + cx - side / 2) / 2, y + 0.32, text, ha="center")
+
+
+def draw_swin_map(ax: Any = None) -> Any:
+    """Swin-T's four stages (chapter 10) beside ViT-B/16's one resolution (chapter 5).
+
+    Top, ViT-B/16 at 224×224: 16×16 patches, then 12 blocks on the same 14×14 grid of width
+    768, each attending over all 196 tokens (one window, thin lines: tokens). Bottom, Swin-T
+    (Liu et al. 2021, Section 3.1 and 3.3): 4×4 patches, then four stages of 2, 2, 6 and 2
+    blocks on grids of 56, 28, 14 and 7 tokens a side and widths 96 to 768, patch merging
+    between stages; thick lines cut each grid into the 7×7-token windows attention stays in.
+
+    Args:
+        ax: the axes to draw into, about 7 × 3.4 inches; ``None`` makes a new pyplot figure.
+
+    Returns:
+        The matplotlib figure (show it with ``plt.show()``).
+
+    Example:
+        In a notebook cell, ``draw_swin_map(); plt.show()``.
+    """
+    fig, ax = _axes(ax, _SWIN_SIZE)
+    p = _Painter(ax, None)
+    _swin_row(p, 2.35, swin=False)
+    _swin_row(p, 0.7, swin=True)
+    p.label(0.05, 3.2, "ViT-B/16 (chapter 5): one grid, global attention", va="center",
+            fontsize=_FONT)  # fmt: skip
+    p.label(0.05, 1.72, "Swin-T (chapter 10)", va="center", fontsize=_FONT)
+    p.label(6.95, 1.72, "thick lines: 7×7 windows", ha="right", va="center")
+    return fig

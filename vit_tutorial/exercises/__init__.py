@@ -60,6 +60,12 @@ from vit_tutorial.exercises.vit import (
     check_pooling,
     check_predict,
 )
+from vit_tutorial.exercises.windows import (
+    check_shift_mask,
+    check_window_flops_prediction,
+    check_window_partition,
+    check_window_relative_index,
+)
 
 __all__ = [
     "check_attention",
@@ -107,4 +113,9 @@ __all__ = [
     "check_mae_loss",
     "check_decoder_tokens",
     "check_mae_gain_prediction",
+    # windows
+    "check_window_partition",
+    "check_shift_mask",
+    "check_window_relative_index",
+    "check_window_flops_prediction",
 ]
