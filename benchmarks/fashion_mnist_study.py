@@ -29,9 +29,10 @@ smallest and largest sizes, 3 seeds, go into a log of their own, which resumes a
 
 The full study is 96 runs of 5,590 steps: hours on a laptop CPU, minutes on a GPU with
 ``--jobs 8`` (parallel processes; CUDA runs in bf16 autocast). ``--quick`` runs every
-part with 300 training images and 20 steps (the ablation only with no augmentation and
-with all of it, the distillation only for the plain ViT), with 2 points of history, on the
-CPU, in minutes: it checks the code path only and writes only with ``--out``.
+part with 300 training images and 20 steps (the scaling part with chapter 10's Swin too, the
+ablation only with no augmentation and with all of it, the distillation only for the plain
+ViT), with 2 points of history, on the CPU, in minutes: it checks the code path only and
+writes only with ``--out``.
 
 Usage: ``python benchmarks/fashion_mnist_study.py [--parts scaling ablation distillation]
 [--jobs 8] [--device cuda]``
@@ -240,6 +241,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.sizes, args.steps, args.device = [0], [300], 20, "cpu"
+        args.models = [*MODELS, *LATER_MODELS]  # chapter 10's Swin too
         args.history_points = 2
     out = setup(args, DEFAULT_OUT)
     device = args.device

@@ -122,6 +122,7 @@ def test_fashion_mnist_study_quick(tmp_path):
         "hybrid-n300-s0-none-t20",
         "resnet18-n300-s0-none-t20",
         "resnet8-n300-s0-none-t20",
+        "swin-n300-s0-none-t20",
         "hybrid-n300-s0-all-t20",
         "vit-n300-s0-none-t20-cls",
         "vit-n300-s0-none-t20-cls-distilled",
@@ -369,6 +370,28 @@ def test_committed_speed_results(name):
     worst = max(c["ratio_to_best"]["ratio"] for c in record["cases"])
     assert record["target_met"] is (worst <= 1.0)
     assert path.with_suffix(".md").is_file(), "the Markdown table beside the JSON"
+
+
+def test_committed_short_study_results():
+    """Chapters 8 and 10's re-run at a 13th of the budget, on a CPU, with learning curves."""
+    record = json.loads((ROOT / "benchmarks" / "results" / "fashion_mnist_short.json").read_text())
+    assert record["benchmark"] == "fashion_mnist_study" and record["quick"] is False
+    check_provenance(record, "fashion_mnist_study.py", [0, 1, 2])
+    assert record["provenance"]["git_dirty"] is False, "summarise from a committed tree"
+    assert record["budget"]["steps"] == 430 and record["missing_runs"] == []
+    log = (ROOT / "benchmarks" / "results" / "fashion_mnist_short.jsonl").read_text()
+    rows = [json.loads(line) for line in log.splitlines()]
+    assert sorted(r["key"] for r in rows) == [r["key"] for r in record["runs"]]
+    models = {"vit", "hybrid", "resnet8", "resnet18", "swin"}
+    assert {(r["model"], r["train_size"], r["seed"]) for r in rows} == {
+        (m, n, s) for m in models for n in (1000, 55000) for s in (0, 1, 2)
+    }
+    for r in rows:  # every run: the same budget, in whole epochs, and its curve
+        assert r["optimizer_steps"] == (432 if r["train_size"] == 1000 else 430), r["key"]
+        assert len(r["history"]["step"]) == 13 and r["history"]["step"][-1] == r["optimizer_steps"]
+        assert r["history"]["val_accuracy"][-1] == r["val_accuracy"], r["key"]
+    assert record["runs_with_history"] == len(rows) == 30
+    assert record["provenance"]["runs_on"]["device"] == "cpu"
 
 
 def test_axial_benchmark_refuses_grids_it_cannot_fit_a_slope_to():
