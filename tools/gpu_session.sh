@@ -44,7 +44,8 @@ done
         --out "$W/gpu_checklist.md" book/09_pretraining.ipynb book/08_data_and_inductive_bias.ipynb \
         book/06_training.ipynb book/appendix_performance.ipynb book/02_patch_embedding.ipynb \
         book/07_axial_attention.ipynb book/04_encoder.ipynb book/05_vision_transformer.ipynb \
-        book/01_attention.ipynb book/03_positional_encodings.ipynb book/solutions/*.ipynb
+        book/01_attention.ipynb book/03_positional_encodings.ipynb book/10_windowed_attention.ipynb \
+        book/solutions/*.ipynb
 ) >"$W/notebooks.log" 2>&1 &
 timeout -k 10 "$(left)" python3 -m pytest -o addopts= -p no:cacheprovider -q tests/test_cuda.py \
     >"$W/test_cuda.log" 2>&1 &

@@ -77,6 +77,12 @@ CHAPTERS = (
         ("mae", "experiments.ch09", "finetune"),
         ("data", "losses", "patches", "positional", "vit", "interop"),
     ),
+    Chapter(
+        "book/10_windowed_attention",
+        "Attention in windows (Swin)",
+        ("windows", "swin", "swin_interop"),
+        ("attention", "axial", "measure", "positional", "experiments"),
+    ),
 )
 # The appendices, lettered A, B, ...: they build no module, they time those of the chapters.
 APPENDICES = (
