@@ -226,6 +226,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def zero_one_mask(got: Tensor, what: str) -> Tensor:
+    """A learner's mask of 0s and 1s (or False and True) as booleans; an AssertionError naming
+    ``what`` when it holds anything else."""
+    if not ((got == 0) | (got == 1)).all():
+        raise AssertionError(f"{what}: the mask must hold True/False (or 1/0) only")
+    return got == 1
+
+
 def shape_of(value: Any) -> Any:
     """A tensor's shape as a tuple, anything else by its type's name, for a message."""
     return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__

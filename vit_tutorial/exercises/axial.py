@@ -11,7 +11,14 @@ from torch import Tensor
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.axial import along_axis, attention_flops, axial_mask
-from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    grade_prediction,
+    passed,
+    zero_one_mask,
+)
 
 __all__ = [
     "check_axial_attention",
@@ -209,9 +216,7 @@ def _as_mask(got: object, what: str, shape: tuple[int, int]) -> Tensor:
             f"{what}: that is an additive bias (0 where allowed, -inf where not); return "
             f"a boolean mask, True where a token may attend"
         )
-    if not ((got == 0) | (got == 1)).all():
-        raise AssertionError(f"{what}: the mask must hold True/False (or 1/0) only")
-    return got == 1
+    return zero_one_mask(got, what)
 
 
 @checker
