@@ -10,6 +10,11 @@ Two probes of where a trained model keeps position: :func:`neighbour_contrast` r
 table (do neighbouring positions get similar vectors?), :func:`permuted_token_logits` shuffles
 the tokens after the stem, before the position is added.
 
+The models of the chapter's recipe (preset ``digits``) that the probes read, trained with seeds
+0, 1 and 2, are kept: :func:`train_recipe_model` trains and saves one
+(``benchmarks/digits_models.py`` writes :data:`RECIPE_MODELS`), :func:`load_recipe_model`
+reads it back, checked, so that the chapter need not train them again.
+
 Example:
     >>> settings(5).warmup_epochs  # the warm-up stays the first fifth
     1.0
@@ -19,28 +24,34 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import digits_datasets
-from vit_tutorial.engine import FitSettings, fit, predict
+from vit_tutorial.engine import FitSettings, TrainResult, fit, predict
 from vit_tutorial.patches import pair
+from vit_tutorial.recipes import RECIPES, train_recipe
 from vit_tutorial.validate import check_int
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "BASE",
     "BATCH_SIZE",
+    "RECIPE_MODELS",
     "SCHEDULE",
     "VARIANTS",
     "ablation",
+    "load_recipe_model",
     "neighbour_contrast",
     "permuted_token_logits",
     "position_similarity",
     "settings",
     "train_once",
+    "train_recipe_model",
 ]
 
 #: The ViT every variant changes one field of.
@@ -63,6 +74,9 @@ VARIANTS = {
     "stem-conv-2": ("stem", "conv, P = 2", {"stem": "conv"}),
     "stem-conv-1": ("stem", "conv, P = 1", {"stem": "conv", "patch_size": 1}),
 }
+
+#: seed: the repository file of the recipe's model trained with it (benchmarks/digits_models.py)
+RECIPE_MODELS = {seed: f"benchmarks/results/digits_recipe_seed{seed}.pt" for seed in (0, 1, 2)}
 
 
 def settings(epochs: int) -> FitSettings:
@@ -166,3 +180,29 @@ def permuted_token_logits(model: VisionTransformer, images: Tensor, order: Tenso
     if model.pos_embed is not None:
         x = model.pos_embed(x)
     return model.forward_head(model.norm(model.encoder(model.pos_drop(x))))
+
+
+def train_recipe_model(
+    seed: int, path: str | Path, epochs: int | None = None, extra: dict | None = None
+) -> TrainResult:
+    """Train the recipe ``digits`` with ``seed`` on the CPU in float32, as chapter 6 trains it
+    (``epochs``: the recipe's when ``None``), and save the model to ``path`` with
+    :func:`~vit_tutorial.checkpoint.save_checkpoint`: weights, config, history, and in
+    ``extra`` the seed, the test accuracy and ``extra`` (a provenance, say); no optimiser."""
+    result = train_recipe("digits", seed=seed, epochs=epochs, device="cpu", progress=False)
+    record = {"seed": seed, "test_accuracy": result.test_accuracy, **(extra or {})}
+    epochs_done = len(result.history["epoch"])
+    save_checkpoint(path, result.model, epoch=epochs_done, history=result.history, extra=record)
+    return result
+
+
+def load_recipe_model(path: str | Path) -> VisionTransformer:
+    """The model that :func:`train_recipe_model` saved to ``path``, in eval mode. The file is
+    read with ``weights_only=True`` and checked (its SHA-256, and a config equal to the
+    recipe's); ``ValueError`` for one that is not such a checkpoint. Building the model draws
+    from torch's global generator, as any model does."""
+    model = VisionTransformer(
+        image_size=8, in_channels=1, num_classes=10, **RECIPES["digits"].model
+    )
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
