@@ -162,6 +162,22 @@ def test_numpy_scalars_in_the_history_are_saved_as_python_numbers(tmp_path):
     assert load_checkpoint(path, tiny_vit())["history"]["val_acc"] == [0.5, 0.25]
 
 
+def test_subclasses_of_plain_types_are_saved_as_the_plain_types(tmp_path):
+    """torch.__version__ is a str subclass, which weights_only=True would refuse to unpickle
+    (found by a result file's provenance)."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    path = tmp_path / "c.pt"
+    extra = {"torch": torch.__version__, "level": Level.HIGH, "half": 0.5}
+    save_checkpoint(path, tiny_vit(), extra=extra)
+    state = torch.load(path, weights_only=True)
+    assert state["extra"] == {"torch": str(torch.__version__), "level": 2, "half": 0.5}
+    assert type(state["extra"]["torch"]) is str and type(state["extra"]["level"]) is int
+
+
 @pytest.mark.parametrize(
     "history, extra, where",
     [

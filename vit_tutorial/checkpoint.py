@@ -78,11 +78,15 @@ def save_checkpoint(
 
 
 def plain(value: Any, where: str) -> Any:
-    """``value`` with NumPy scalars as Python numbers; TypeError for what cannot be stored."""
+    """``value`` with NumPy scalars as Python numbers and subclasses of the plain types as
+    those types (``torch.__version__`` as a ``str``); TypeError for what cannot be stored."""
     if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
         return value.item()  # np.float32(0.5) -> 0.5, np.array(3) -> 3
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+    if value is None or isinstance(value, (bool, torch.Tensor)):
         return value
+    for kind in (int, float, str):  # a subclass would be pickled by its own class
+        if isinstance(value, kind):
+            return kind(value)
     if isinstance(value, dict):
         return {
             plain(key, f"{where} key {key!r}"): plain(item, f"{where}[{key!r}]")
