@@ -5,7 +5,8 @@ lower bound that no test runs is a guess. This check runs them: in a throwaway v
 the oldest Python of ``requires-python`` it installs ``constraints-oldest.txt`` (the floors of
 the runtime dependencies and of the ``train`` extra, pinned exactly, and the test tools),
 then the package itself from the working tree (a wheel, ``--no-deps``), prints the versions,
-runs the unit tests and the doctests against that install, and deletes the virtualenv, also
+runs the unit tests and the doctests against that install (two processes of one thread each,
+as ``make test`` runs them), and deletes the virtualenv, also
 when something fails. The chapters are not run: they are pinned to constraints.txt.
 
 PyPI's Linux torch is a CUDA build: each run downloads about 3 GB (torch and its nvidia-*
@@ -43,6 +44,8 @@ SOURCES = ["pyproject.toml", "setup.py", "README.md", "vit_tutorial"]
 # Tests of the book rather than the package (its notebooks, its figure), which need the
 # book's own pinned environment.
 BOOK_TESTS = ["tests/test_book.py", "tests/test_learning_path.py", "tests/test_stored_outputs.py"]
+# The test processes (pytest-xdist), one thread each.
+WORKERS = 2
 # pip prints one harmless line per package about the local mirror's layout.
 PIP_NOISE = "is ignored: it is neither a file nor a directory"
 # Run by the virtualenv's Python: the versions of its arguments, and what else is installed.
@@ -195,8 +198,13 @@ def check(python: str, versions: dict[str, str], pytest_args: list[str], tmp: Pa
 
     # bin/pytest, not `python -m pytest`: the checkout must not come first on sys.path, so that
     # the tests and the doctests import the installed package.
+    # Two processes of one thread each (pytest-xdist), the tests dealt out one by one (not file
+    # by file, as `make test` deals its notebooks): the study's quick test, minutes long, then
+    # runs beside the others.
+    env["OMP_NUM_THREADS"] = "1"
     command = [str(bin_dir / "pytest"), "-c", "pyproject.toml", "--rootdir", "."]
     command += ["-p", "no:cacheprovider", "-p", "no:nbval", "-o", "addopts=--doctest-modules"]
+    command += ["-n", str(WORKERS), "--dist", "load"]
     command += ["-q", "tests", package, *[f"--ignore={t}" for t in BOOK_TESTS], *pytest_args]
     print("$", " ".join(command), flush=True)
     tests = time.monotonic()
