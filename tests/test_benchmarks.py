@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vit_tutorial.experiments import ch06
 from vit_tutorial.files import sha256
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +61,7 @@ def check_summary(record: dict) -> None:
     assert record["min_wrong"] <= record["mean_wrong"] <= record["max_wrong"]
 
 
+@pytest.mark.slow
 def test_digits_target_quick(tmp_path):
     record = run_quick("digits_target.py", tmp_path / "target.json")
     assert record["benchmark"] == "digits_target" and record["quick"] is True
@@ -71,6 +73,25 @@ def test_digits_target_quick(tmp_path):
     assert record["target"]["met"] is None, "a quick run is not a measurement"
 
 
+@pytest.mark.slow
+def test_digits_models_quick(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "benchmarks/digits_models.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a guard against a hang: about 10 s
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits_recipe_seed0.pt"]
+    state = torch.load(tmp_path / "digits_recipe_seed0.pt", weights_only=True)
+    assert state["epoch"] == 1 and state["extra"]["quick"] is True
+    check_provenance(state["extra"], "digits_models.py", [0])
+    model = ch06.load_recipe_model(tmp_path / "digits_recipe_seed0.pt")
+    assert model.config.stem == "conv" and not model.training
+
+
+@pytest.mark.slow
 def test_digits_ablation_quick(tmp_path):
     record = run_quick("digits_ablation.py", tmp_path / "ablation.json")
     assert record["benchmark"] == "digits_ablation" and record["quick"] is True
@@ -83,6 +104,7 @@ def test_digits_ablation_quick(tmp_path):
         check_summary(variant)
 
 
+@pytest.mark.slow
 def test_fashion_mnist_target_quick(tmp_path):
     record = run_quick("fashion_mnist_target.py", tmp_path / "fashion.json")
     assert record["benchmark"] == "fashion_mnist_target" and record["quick"] is True
@@ -111,6 +133,7 @@ def test_committed_results_are_full_runs_with_provenance(name):
             check_summary(variant)
 
 
+@pytest.mark.slow
 def test_fashion_mnist_study_quick(tmp_path):
     record = run_quick("fashion_mnist_study.py", tmp_path / "study.json")
     assert record["benchmark"] == "fashion_mnist_study" and record["quick"] is True
@@ -197,6 +220,7 @@ FEW_LABEL_RUNS = {
 }
 
 
+@pytest.mark.slow
 def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
     out = tmp_path / "pre.json"
     run = run_pretraining(out, "target")
@@ -262,6 +286,7 @@ def check_seeded_summary(record: dict) -> None:
         assert row["min"] <= row["mean"] <= row["max"]
 
 
+@pytest.mark.slow
 def test_pretraining_seeds_quick_resumes(tmp_path):
     out, weights = tmp_path / "seeds.json", tmp_path / "weights"
     command = [sys.executable, "benchmarks/pretraining_seeds.py", "--quick", "--out", str(out)]
@@ -327,6 +352,7 @@ def check_speed_cases(record: dict) -> None:
         assert max(case["max_abs_logit_difference"].values()) <= 1e-4, "identical weights"
 
 
+@pytest.mark.slow
 def test_speed_quick(tmp_path):
     out = tmp_path / "speed.json"
     record = run_quick("speed.py", out)

@@ -253,6 +253,7 @@ def test_modules_run_as_scripts(module):
     assert "preset digits-tiny (seed 0): test accuracy" in out
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_end_with_identical_weights(tmp_path):
     script = tmp_path / "run_rank.py"
     script.write_text(
