@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from torchvision.models import ResNet, resnet18
 
 from vit_tutorial.checkpoint import save_checkpoint
 from vit_tutorial.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD, digits_datasets
+from vit_tutorial.engine import predict
 from vit_tutorial.experiments import ch06, ch09, epochs_for
 from vit_tutorial.experiments.ch08 import (
     AUGMENTATIONS,
@@ -48,6 +50,8 @@ from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.recipes import RECIPES
 from vit_tutorial.swin import SWIN_PRESETS
 from vit_tutorial.vit import VisionTransformer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- chapter 6 ----------------------------------------------------------------------------
 
@@ -170,6 +174,46 @@ def test_ch06_refuses_bad_seeds_and_epochs(call, error, message):
 
 
 # --- chapter 8 ----------------------------------------------------------------------------
+
+
+def test_ch06_recipe_model_round_trip_and_refusals(tmp_path):
+    path = tmp_path / "seed3.pt"
+    result = ch06.train_recipe_model(3, path, epochs=1, extra={"note": "test"})
+    kept = ch06.load_recipe_model(path)
+    assert not kept.training
+    for (name, a), b in zip(result.model.state_dict().items(), kept.state_dict().values()):
+        assert torch.equal(a, b), name
+    extra = torch.load(path, weights_only=True)["extra"]
+    assert extra == {"seed": 3, "test_accuracy": result.test_accuracy, "note": "test"}
+    # another model's checkpoint, a damaged file
+    other = VisionTransformer(image_size=8, in_channels=1, num_classes=10, dim=32, depth=1)
+    save_checkpoint(tmp_path / "other.pt", other)
+    with pytest.raises(ValueError, match="different model config"):
+        ch06.load_recipe_model(tmp_path / "other.pt")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "damaged.pt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="damaged.pt"):
+        ch06.load_recipe_model(tmp_path / "damaged.pt")
+
+
+@pytest.mark.parametrize("seed", sorted(ch06.RECIPE_MODELS))
+def test_ch06_committed_recipe_models_score_what_they_recorded(seed):
+    """The models chapter 6 and its solutions load: the recipe's, each of its seed, full
+    length, with the test accuracy it recorded (recomputed here), made by the committed
+    benchmark."""
+    path = ROOT / ch06.RECIPE_MODELS[seed]
+    model = ch06.load_recipe_model(path)
+    state = torch.load(path, weights_only=True)
+    extra, recipe = state["extra"], RECIPES["digits"]
+    assert extra["seed"] == seed and extra["quick"] is False
+    assert state["epoch"] == recipe.fit.epochs == len(state["history"]["epoch"])
+    assert extra["provenance"]["command"].startswith("python benchmarks/digits_models.py")
+    assert extra["provenance"]["git_dirty"] is False
+    logits, labels = predict(model, digits_datasets(seed=seed).test_loader)
+    accuracy = (logits.argmax(-1) == labels).float().mean().item()
+    assert accuracy == pytest.approx(extra["test_accuracy"], abs=1.5 / len(labels))
+    assert accuracy > 0.98
 
 
 def test_greyscale_resnet_is_torchvisions_with_a_one_channel_stem():
@@ -429,6 +473,7 @@ def test_load_teacher_refuses_truncated_edited_or_other_files(tmp_path):
         load_teacher(tmp_path / "rgb.pt")
 
 
+@pytest.mark.slow
 def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
     path = tmp_path / "vit.pt"
     torch.manual_seed(0)
