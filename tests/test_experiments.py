@@ -186,7 +186,9 @@ def test_ch06_recipe_model_round_trip_and_refusals(tmp_path):
     extra = torch.load(path, weights_only=True)["extra"]
     assert extra == {"seed": 3, "test_accuracy": result.test_accuracy, "note": "test"}
     # another model's checkpoint, a damaged file
-    other = VisionTransformer(image_size=8, in_channels=1, num_classes=10, dim=32, depth=1)
+    other = VisionTransformer(
+        image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2
+    )
     save_checkpoint(tmp_path / "other.pt", other)
     with pytest.raises(ValueError, match="different model config"):
         ch06.load_recipe_model(tmp_path / "other.pt")
