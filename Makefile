@@ -67,10 +67,16 @@ lint: setup
 pytest: setup
 	OMP_NUM_THREADS=1 $(TIMED) pytest $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
 
+# SCREENSHOTS=1 saves a screenshot of every page in _build/screenshots (for a person to look
+# at; `make book` does, and so does CI on GitHub, which uploads them); `make test` saves none,
+# which halves the browser check's time.
+SCREENSHOTS ?=
 book-only: setup
 	$(TIMED) book-build $(BIN)/jupyter-book build . --all -W --keep-going
-	$(TIMED) book-check $(BIN)/python tools/check_built_book.py _build/html
+	$(TIMED) book-check $(BIN)/python tools/check_built_book.py _build/html \
+	  $(if $(SCREENSHOTS),--screenshots _build/screenshots)
 
+book: SCREENSHOTS = 1
 book: book-only
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
 

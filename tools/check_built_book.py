@@ -20,8 +20,9 @@ Chromium (a fresh profile, a 1280-px-wide window, no network: only file:// loads
 - every notebook page has the Colab launch link to that notebook in the repository of
   ``_config.yml`` (``repository.url``, ``branch``, ``path_to_book``).
 
-A screenshot of each page goes to ``_build/screenshots/`` (next to ``html/``; ``--screenshots``
-to change). Chromium is driven over the DevTools protocol on a pipe
+With ``--screenshots DIR`` a screenshot of each page, the whole page, goes to ``DIR``
+(``make book`` saves them in ``_build/screenshots/``; ``make test`` takes none, which halves
+the browser's time). Chromium is driven over the DevTools protocol on a pipe
 (``--remote-debugging-pipe``), with the standard library only.
 
 The browser is ``chromium`` (or ``chromium-browser``) on PATH; set ``CHROMIUM`` to another
@@ -462,11 +463,11 @@ def check_page(
     browser: Browser,
     html: Path,
     page: str,
-    shot: Path,
+    shot: Path | None,
     known: dict[Path, set[str]],
     counts: dict[str, str],
 ) -> list[str]:
-    """Everything wrong with ``page`` as headless Chromium shows it; saves ``shot`` and
+    """Everything wrong with ``page`` as headless Chromium shows it; saves ``shot`` (if any) and
     notes in ``counts[page]`` what was checked."""
     target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
@@ -487,7 +488,8 @@ def check_page(
         if "exceptionDetails" in result:
             return [f"the inspection script failed: {result['exceptionDetails']}"]
         found = result["result"]["value"]
-        save_screenshots(browser, session, metrics, found["height"], shot)
+        if shot is not None:
+            save_screenshots(browser, session, metrics, found["height"], shot)
         counts[page] = (
             f"{found['typeset']} equations, {len(found['images'])} images, "
             f"{len(found['links'])} links, {found['blocks']} code and output blocks"
@@ -528,10 +530,13 @@ def check_page(
         browser.forget(session)
 
 
-def check_in_browser(executable: str, html: Path, screenshots: Path) -> tuple[int, list[str]]:
-    screenshots.mkdir(parents=True, exist_ok=True)
-    for old in screenshots.glob("*.png"):
-        old.unlink()
+def check_in_browser(
+    executable: str, html: Path, screenshots: Path | None
+) -> tuple[int, list[str]]:
+    if screenshots is not None:
+        screenshots.mkdir(parents=True, exist_ok=True)
+        for old in screenshots.glob("*.png"):
+            old.unlink()
     problems = []
     known: dict[Path, set[str]] = {}
     counts: dict[str, str] = {}
@@ -541,7 +546,8 @@ def check_in_browser(executable: str, html: Path, screenshots: Path) -> tuple[in
         print(f"check_built_book: {browser.version}, headless, no network, {WINDOW[0]}-px window")
         try:
             for page in pages:
-                shot = screenshots / (page.replace("/", "__") + ".png")
+                name = page.replace("/", "__") + ".png"
+                shot = None if screenshots is None else screenshots / name
                 try:
                     found = check_page(browser, html, page, shot, known, counts)
                 except BrowserError as error:
@@ -557,10 +563,12 @@ def check_in_browser(executable: str, html: Path, screenshots: Path) -> tuple[in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("html", nargs="?", type=Path, default=ROOT / "_build" / "html")
-    parser.add_argument("--screenshots", type=Path, help="default: <html>/../screenshots")
+    parser.add_argument(
+        "--screenshots", type=Path, help="save a screenshot of each page in this folder"
+    )
     args = parser.parse_args()
     html = args.html.resolve()
-    screenshots = (args.screenshots or html.parent / "screenshots").resolve()
+    screenshots = None if args.screenshots is None else args.screenshots.resolve()
     start = time.monotonic()
     problems = check(html)
     executable = find_browser()
@@ -586,7 +594,7 @@ def main() -> int:
             problems.append(str(error))
     elapsed = time.monotonic() - start
     summary = f"{pages} pages checked in Chromium in {elapsed:.1f} s"
-    if pages:
+    if pages and screenshots is not None:
         summary += f"; screenshots in {screenshots}"
     if problems:
         print(f"check_built_book: FAILED ({len(problems)} problems; {summary})")

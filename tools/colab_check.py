@@ -33,8 +33,9 @@ another thread count. This script rebuilds that situation here:
    are left out of the comparison for the names the stored cell glued.
 
 So one run checks what three would: that every notebook runs on Colab, and that its stored
-outputs survive another CPU and one thread. Two notebooks run at a time (``--jobs``), each
-kernel on one thread. It prints one line per notebook (time, pass or fail, and for a failure
+outputs survive another CPU and one thread. The first notebook runs alone (its first cell
+installs the wheel into the fresh environment; the others find it installed), then two at a
+time (``--jobs``), each kernel on one thread. It prints one line per notebook (time, pass or fail, and for a failure
 the cell and the error or the first output that differs), a summary, and exits with status 1
 when a notebook failed. The temporary folder is deleted at the end, also after a failure
 (``--keep`` keeps it to look inside).
@@ -454,13 +455,17 @@ def main() -> int:
             f"{args.jobs} at a time, with {shown}; stored outputs compared strictly",
             flush=True,
         )
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            jobs = [pool.submit(check_one, nb, tmp, commit, args.timeout) for nb in notebooks]
-            for job in jobs:  # in the notebooks' order
-                line, failures = job.result()
-                print(line, flush=True)
-                failed += failures
-                done += 1
+        # The first notebook runs alone: its first cell installs the wheel and the [book]
+        # extra into the fresh environment, which two pips at once could garble; the others
+        # find them installed.
+        for batch, jobs in ((notebooks[:1], 1), (notebooks[1:], args.jobs)):
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(check_one, nb, tmp, commit, args.timeout) for nb in batch]
+                for future in futures:  # in the notebooks' order
+                    line, failures = future.result()
+                    print(line, flush=True)
+                    failed += failures
+                    done += 1
     except RuntimeError as error:  # the wheel or the environment could not be made
         print(f"colab-check: {error}")
         return 2
