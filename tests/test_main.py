@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import vit_tutorial
 from vit_tutorial import __main__ as env_report
 
@@ -49,6 +51,7 @@ def _lines(stdout: str) -> dict[str, str]:
     )
 
 
+@pytest.mark.slow
 def test_prints_the_report_and_exits_0():
     result = _run(["-m", "vit_tutorial"])
     assert result.returncode == 0, result.stderr

@@ -65,6 +65,7 @@ SMALL_TIMM = dict(embed_dim=16, num_classes=10)
 # --- Swin-T at 224 ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_timm_swin_t_same_logits():
     ref = timm_swin()
     ours = swin_from_timm(ref)
@@ -73,6 +74,7 @@ def test_timm_swin_t_same_logits():
     assert_same_logits(ours, ref, torch.randn(1, 3, 224, 224))
 
 
+@pytest.mark.slow
 def test_torchvision_swin_t_same_logits():
     ref = perturb(tvm.swin_t(weights=None))
     ours = swin_from_torchvision(ref)

@@ -40,6 +40,7 @@ def test_train_prints_the_test_accuracy(capsys):
     assert result.train_seconds == pytest.approx(sum(result.history["time"]))
 
 
+@pytest.mark.slow
 def test_fashion_mnist_validates_on_its_own_split(capsys):
     argv = ["train", "--dataset", "fashion-mnist", "--preset", "fashion-mnist-tiny"]
     result = main([*argv, "--no-progress"])
@@ -240,6 +241,7 @@ def test_the_console_script_is_the_cli():
     assert scripts.get("vit-tutorial") == "vit_tutorial.cli:command"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["vit_tutorial.cli", "vit_tutorial.train"])
 def test_modules_run_as_scripts(module):
     argv = ["train", *TINY] if module == "vit_tutorial.cli" else TINY  # train: the old spelling
