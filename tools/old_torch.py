@@ -41,9 +41,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PINS = ROOT / "constraints-oldest.txt"
 # What the wheel is built from (those present).
 SOURCES = ["pyproject.toml", "setup.py", "README.md", "vit_tutorial"]
-# Tests of the book rather than the package (its notebooks, its figure), which need the
-# book's own pinned environment.
-BOOK_TESTS = ["tests/test_book.py", "tests/test_learning_path.py", "tests/test_stored_outputs.py"]
+# Tests of the book rather than the package (its notebooks, its figure, its Colab check), which
+# need the book's own pinned environment.
+BOOK_TESTS = [
+    "tests/test_book.py",
+    "tests/test_colab_check.py",
+    "tests/test_learning_path.py",
+    "tests/test_stored_outputs.py",
+]
 # The test processes (pytest-xdist), one thread each.
 WORKERS = 2
 # pip prints one harmless line per package about the local mirror's layout.
