@@ -49,10 +49,16 @@ def test_streams_are_merged_and_images_left_out_as_nbval_does():
     assert compare(stored, ran) != []
 
 
-def test_glue_is_left_out_on_both_sides_for_the_names_the_cell_glued():
+def test_glue_values_are_compared_as_printed_without_myst_nb():
     stored = notebook([stream("x = 3\n"), glue_display("gap", "0.25")])
     ran = notebook([stream("x = 3\ngap: 0.25\n")])  # glue without myst-nb prints
     assert compare(stored, ran) == []
+    ran = notebook([stream("x = 3\ngap: 0.26\n")])  # another CPU's value
+    (difference,) = compare(stored, ran)
+    assert "glue 'gap': stored ['0.25'], ran ['0.26']" in difference
+    assert compare(stored, notebook([stream("x = 3\n")])) != []  # not glued at all
+    stored = notebook([stream("x = 3\n"), glue_display("ratio", 90.62858910644069)])
+    assert compare(stored, notebook([stream("x = 3\nratio: 90.62858910644069\n")])) == []
     # a line of another name is output like any other
     ran = notebook([stream("x = 3\ngap: 0.25\nspread: 4\n")])
     assert compare(stored, ran) != []

@@ -28,9 +28,10 @@ another thread count. This script rebuilds that situation here:
    CPU's own);
 5. it compares every stored output with the new one as strict nbval does (the same outputs,
    streams merged, images left out; cells tagged ``nbval-skip`` or ``nbval-ignore-output``
-   and the install cell are not compared), except for ``glue``: without myst-nb, as on
-   Colab, ``glue`` prints ``name: value`` where the book's build stores a display, so both
-   are left out of the comparison for the names the stored cell glued.
+   and the install cell are not compared), and ``glue``'s values as text: without myst-nb,
+   as on Colab, ``glue`` prints ``name: value`` where the book's build stores a display of
+   the value, so for the names the stored cell glued the printed value is compared with the
+   stored one, and neither with the other outputs.
 
 So one run checks what three would: that every notebook runs on Colab, and that its stored
 outputs survive another CPU and one thread. The first notebook runs alone (its first cell
@@ -49,6 +50,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import http.server
 import json
@@ -78,7 +80,7 @@ STARTUP = "import google.colab  # noqa: F401  (what Colab's kernels have importe
 CONSTRAINTS = ROOT / "constraints.txt"  # the versions pip installs in the fresh environment
 # Another CPU's floating point (`make foreign-cpu`): MKL's generic path, one thread, and
 # PyTorch's kernels for a lesser vector unit ("native": this CPU's own).
-CPUS = ["avx2", "default", "native"]
+CPUS = ["avx2", "avx512", "default", "native"]
 # What strict nbval leaves out of the comparison of two outputs (nbval's plugin.py).
 NOT_COMPARED = {
     "metadata",
@@ -283,6 +285,26 @@ def strip_glue(text: str, names: set[str]) -> str:
     return "".join(line for line in text.splitlines(True) if not line.startswith(prefixes))
 
 
+def glued_values(outputs: list, names: set[str]) -> dict[str, list[str]]:
+    """The values ``glue`` recorded for ``names``, each as text, sorted: from myst-nb's displays
+    (the stored outputs: a literal, as ``repr`` writes it) and from the ``name: value`` lines
+    that ``glue`` prints without myst-nb (a run as on Colab)."""
+    values: dict[str, list[str]] = {}
+    stdout = ""
+    for out in outputs:
+        record = out.get("metadata", {}).get("scrapbook")
+        if record is not None:
+            text = next(v for k, v in out["data"].items() if k.endswith("text/plain"))
+            values.setdefault(record["name"], []).append(str(ast.literal_eval(text)))
+        elif out["output_type"] == "stream" and out["name"] == "stdout":
+            stdout += out["text"]
+    for line in stdout.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep and name in names:
+            values.setdefault(name, []).append(value)
+    return {name: sorted(found) for name, found in values.items()}
+
+
 def comparable(outputs: list, glued: set[str]) -> dict[str, list]:
     """What strict nbval compares of a cell's outputs: each stream merged into one text (with
     ``\\r`` and ``\\b`` applied), each other field and MIME type a list in order; ``glue``'s
@@ -329,6 +351,12 @@ def compare(stored: nbformat.NotebookNode, ran: nbformat.NotebookNode) -> list[s
         glued = glued_names(old.outputs)
         want, got = comparable(old.outputs, glued), comparable(new.outputs, glued)
         where = f"cell {index} ({first_line(old)})"
+        stored_glue, ran_glue = glued_values(old.outputs, glued), glued_values(new.outputs, glued)
+        if stored_glue != ran_glue:
+            name = next(n for n in sorted(glued) if stored_glue.get(n) != ran_glue.get(n))
+            shown = f"stored {stored_glue.get(name)}, ran {ran_glue.get(name)}"
+            differences.append(f"{where}: glue {name!r}: {shown}")
+            continue
         if set(want) != set(got):
             missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
             differences.append(f"{where}: outputs missing {missing}, unexpected {extra}")
@@ -373,7 +401,7 @@ def execute(path: Path, workdir: Path, timeout: int) -> str | None:
 
 def check_one(notebook: Path, tmp: Path, commit: str, timeout: int) -> tuple[str, list[str]]:
     """Run ``notebook`` alone (in a worker process): its own empty folder, data folder and
-    server. Return its line of the report, and the requests its server refused."""
+    server. Return its line of the report, and ``[name]`` when it failed (else ``[]``)."""
     name = str(notebook.relative_to(ROOT)) if notebook.is_relative_to(ROOT) else str(notebook)
     workdir = tmp / "run" / name.replace("/", "_")
     workdir.mkdir(parents=True)
@@ -416,7 +444,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="notebooks run at a time")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
-    notebooks = [p.resolve() for p in args.notebooks] or all_notebooks()
+    notebooks = list(dict.fromkeys(p.resolve() for p in args.notebooks)) or all_notebooks()
     for notebook in notebooks:
         if not notebook.is_file() or notebook.suffix != ".ipynb":
             parser.error(f"{notebook}: not a notebook")
