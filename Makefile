@@ -25,8 +25,10 @@ SYSTEM_PACKAGES := chromium dataset-fashion-mnist
 
 help:
 	@echo "make book       set up .venv if needed, build the HTML book into _build/html"
-	@echo "make test       set up .venv if needed, ruff, pytest (unit + doctest + nbval), book build"
-	@echo "make test-elsewhere  the slower checks: a foreign CPU, Colab, the oldest torch"
+	@echo "make test       set up .venv if needed, ruff, pytest (unit but slow + doctest + nbval),"
+	@echo "                book build"
+	@echo "make test-elsewhere  the slower checks: the slow tests, Colab on a foreign CPU,"
+	@echo "                the oldest torch"
 	@echo "make notebooks  re-execute every notebook in place (after changing a module);"
 	@echo "                NB=book/01_attention.ipynb for one"
 	@echo "make colab-cells  rewrite each notebook's Colab badge and install cell from _config.yml"
