@@ -22,25 +22,25 @@ import torch
 
 from vit_tutorial.experiments.ch06 import RECIPE_MODELS, train_recipe_model
 
-from _results import ROOT, arguments, provenance, setup
+from _results import RESULTS, arguments, provenance, setup
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(RECIPE_MODELS))
-    arguments(parser, ROOT / "benchmarks" / "results")
+    arguments(parser, RESULTS)
     args = parser.parse_args()
     if args.quick:
         args.seeds = [0]
-    folder = setup(args, ROOT / "benchmarks" / "results")
+    folder = setup(args, RESULTS)
     if folder is None:
         print("--quick writes only with --out FOLDER: nothing to do")
         return 0
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    epochs = 1 if args.quick else None
+    extra = {"quick": args.quick, "provenance": provenance(args.seeds)}
     for seed in args.seeds:
         path = folder / f"digits_recipe_seed{seed}.pt"
-        epochs = 1 if args.quick else None
-        extra = {"quick": args.quick, "provenance": provenance(args.seeds)}
         result = train_recipe_model(seed, path, epochs=epochs, extra=extra)
         print(
             f"seed {seed}: test accuracy {100 * result.test_accuracy:.2f}%, training "
