@@ -173,8 +173,10 @@ class RelativePositionBias(nn.Module):
     (chapter 3's β) of their offset ``(r - r', c - c')``, one of ``(2Gh - 1)(2Gw - 1)`` per head
     (BEiT; Swin's spans a window, not the grid); prefix tokens (class token, registers) add three,
     as in BEiT: patch → prefix, prefix → patch, prefix → prefix. The table starts from a normal of
-    std 0.02 truncated at ±2 std (Swin: timm's ``trunc_normal_(std=.02)``, whose bounds ±2 cut
-    nothing; BEiT: zeros).
+    std 0.02 truncated at ±2 std, ±0.04 (std about 0.0176, as
+    :func:`~vit_tutorial.encoder.init_weights`; BEiT: zeros). Swin's
+    :class:`~vit_tutorial.windows.WindowAttention` builds it with ``bound=2.0``: timm's and
+    torchvision's ``trunc_normal_(std=.02)``, whose bounds ±2 cut nothing.
 
     Example:
         >>> rpb = RelativePositionBias(grid_size=14, num_heads=12, num_prefix_tokens=1)
@@ -188,13 +190,13 @@ class RelativePositionBias(nn.Module):
         check_int("num_heads", num_heads), check_int("num_prefix_tokens", num_prefix_tokens, 0)
         self._build(grid_size, num_heads, num_prefix_tokens)
 
-    def _build(self, grid_size: IntOrPair, num_heads: int, p: int) -> None:
+    def _build(self, grid_size: IntOrPair, num_heads: int, p: int, bound: float = 0.04) -> None:
         super().__init__()
         gh, gw = self.grid_size = pair(grid_size, "grid_size")
         self.num_heads, self.num_prefix_tokens = num_heads, p
         num_offsets = (2 * gh - 1) * (2 * gw - 1)  # and 3 for prefix tokens
         self.table = nn.Parameter(torch.empty(num_offsets + (3 if p else 0), num_heads))
-        nn.init.trunc_normal_(self.table, std=0.02, a=-0.04, b=0.04)
+        nn.init.trunc_normal_(self.table, std=0.02, a=-bound, b=bound)
         coords = torch.stack(grid_coordinates((gh, gw)))  # (2, Gh·Gw): row, column
         offset = coords[:, :, None] - coords[:, None, :]  # (2, Gh·Gw, Gh·Gw): query - key
         grid_index = (offset[0] + gh - 1) * (2 * gw - 1) + (offset[1] + gw - 1)

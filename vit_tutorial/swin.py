@@ -170,6 +170,13 @@ class SwinTransformer(nn.Module):
         """Logits ``(B, num_classes)``: the mean of the last grid, through the head."""
         return self.head(self.forward_features(images).mean(dim=(1, 2)))
 
+    def no_weight_decay(self) -> set[str]:
+        """Names of the parameters exempt from weight decay besides biases and norms: every
+        relative position bias table, as timm (``SwinTransformer.no_weight_decay``) and the
+        official code (``no_weight_decay_keywords`` in ``models/swin_transformer.py``, read by
+        ``set_weight_decay`` in ``optimizer.py``) exempt them."""
+        return {n for n, _ in self.named_parameters() if n.endswith("relative_position_bias.table")}
+
 
 #: Swin-T, S and B of the paper's Section 3.3 (drop path 0.2, 0.3 and 0.5: torchvision's
 #: ``swin_t``, ``swin_s``, ``swin_b``), and ``swin_fashion`` for 28×28 Fashion-MNIST (chapter 10):
