@@ -1,6 +1,7 @@
 """Tests for vit_tutorial/engine.py and its exercise checkers: groups, schedule, fit, resuming."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -669,3 +670,128 @@ def test_fit_compile_trains_through_the_wrapper_and_saves_plain_checkpoints(monk
 def test_fit_compile_must_be_a_bool(value):
     with pytest.raises(TypeError, match=f"compile must be True or False, got {value!r}"):
         fit(tiny_vit(), *loaders(), **ARGS, compile=value)
+
+
+# --- the weight-decay rule of every family, against its reference ---------------------------
+
+
+def _undecayed(model, groups):
+    """The names of the parameters ``groups`` leave undecayed."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    exempt = {names[id(p)] for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    covered = {names[id(p)] for g in groups for p in g["params"]}
+    assert covered == set(names.values())  # every trainable parameter is in a group
+    return exempt
+
+
+def _timm_undecayed(model):
+    groups = param_groups_weight_decay(model, 0.05, no_weight_decay_list=model.no_weight_decay())
+    return _undecayed(model, groups)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [dict(), dict(pool="mean"), dict(pool="cls", distilled=True)],
+    ids=["cls", "mean", "distilled"],
+)
+def test_vit_decays_what_timm_decays_through_the_key_map(fields):
+    from vit_tutorial.interop import TIMM_KEYS, _convert, _inverse
+
+    ours = tiny_vit(**fields)
+    options = dict(img_size=4, patch_size=2, in_chans=1, num_classes=3, embed_dim=16, depth=1)
+    pool = "avg" if fields.get("pool") == "mean" else "token"
+    options |= dict(num_heads=2, mlp_ratio=2.0, global_pool=pool, class_token=pool == "token")
+    if fields.get("distilled"):
+        from timm.models.deit import VisionTransformerDistilled as TimmViT
+    else:
+        from timm.models.vision_transformer import VisionTransformer as TimmViT
+    timm_model = TimmViT(**options)
+    theirs = _convert({n: n for n, _ in ours.named_parameters()}, _inverse(TIMM_KEYS), "", "")
+    assert set(theirs) == {n for n, _ in timm_model.named_parameters()}  # same parameters
+    rename = {ours_name: timm_name for timm_name, ours_name in theirs.items()}
+    timm_exempt = _timm_undecayed(timm_model)
+    assert {rename[n] for n in _undecayed(ours, param_groups(ours, 0.05))} == timm_exempt
+    assert "pos_embed" in timm_exempt and ("cls_token" in timm_exempt) == (pool == "token")
+
+
+def test_relative_bias_vit_decays_what_timm_beit_decays():
+    """BEiT's tables (``relative_position_bias_table``, one per block) are exempt, as ours
+    (``pos_embed.{i}.table``); BEiT's q and v biases are two vectors where ours is one."""
+    from timm.models.beit import Beit
+
+    ours = tiny_vit(pos_embed="relative", depth=2)
+    beit = Beit(
+        img_size=4, patch_size=2, in_chans=1, num_classes=3, embed_dim=16, depth=2, num_heads=2,
+        mlp_ratio=2.0, global_pool="token", use_abs_pos_emb=False, use_rel_pos_bias=True,
+    )  # fmt: skip
+
+    def beit_names(name):
+        name = name.replace("encoder.blocks.", "blocks.")
+        if m := re.fullmatch(r"pos_embed\.(\d+)\.table", name):
+            return [f"blocks.{m[1]}.attn.relative_position_bias_table"]
+        if name.endswith("attn.qkv.bias"):  # BEiT: q and v biases, none for k
+            return [name.replace("qkv.bias", "q_bias"), name.replace("qkv.bias", "v_bias")]
+        return [name]
+
+    mapped = {n: beit_names(n) for n, _ in ours.named_parameters()}
+    assert {b for names in mapped.values() for b in names} == {n for n, _ in beit.named_parameters()}
+    ours_exempt = _undecayed(ours, param_groups(ours, 0.05))
+    beit_exempt = _timm_undecayed(beit)
+    for name, theirs in mapped.items():
+        assert all((t in beit_exempt) == (name in ours_exempt) for t in theirs), name
+    assert "pos_embed.0.table" in ours_exempt
+
+
+def test_swin_decays_what_timm_decays_its_tables_exempt():
+    from timm.models.swin_transformer import SwinTransformer as TimmSwin
+
+    from vit_tutorial.swin import SwinTransformer
+    from vit_tutorial.swin_interop import timm_key
+
+    config = dict(patch_size=2, embed_dim=16, depths=(2, 2), num_heads=(1, 2), window_size=4)
+    timm_model = TimmSwin(img_size=16, in_chans=1, num_classes=3, **config)
+    ours = SwinTransformer(
+        image_size=16, patch_size=2, in_channels=1, num_classes=3, dim=16, depths=(2, 2),
+        num_heads=(1, 2), window_size=4,
+    )  # fmt: skip
+    rename = {n: timm_key(n) for n, _ in ours.named_parameters()}
+    assert set(rename.values()) == {n for n, _ in timm_model.named_parameters()}
+    ours_exempt = {rename[n] for n in _undecayed(ours, param_groups(ours, 0.05))}
+    assert ours_exempt == _timm_undecayed(timm_model)
+    tables = {n for n in ours_exempt if n.endswith("relative_position_bias_table")}
+    assert len(tables) == 4  # one per block: the fault this test was written for
+
+
+def test_swin_tables_start_as_timm_and_torchvision_draw_them():
+    """trunc_normal_(std=0.02) with bounds ±2: nothing is cut (std 0.02, not about 0.0176)."""
+    from vit_tutorial.windows import WindowAttention
+
+    torch.manual_seed(0)
+    table = WindowAttention(dim=8, window_size=64, num_heads=4).relative_position_bias.table
+    assert table.numel() == 127**2 * 4
+    assert 0.0197 < table.std().item() < 0.0203
+    assert table.abs().max().item() > 0.05  # beyond the ±0.04 cut of chapter 3's tables
+
+
+def test_mae_decays_as_the_official_pretraining_code():
+    """MAE's ``main_pretrain.py``: ``add_weight_decay`` with no skip list, so only 1-D parameters
+    and biases are exempt; its mask token, of three dimensions, is decayed."""
+    from vit_tutorial.mae import MaskedAutoencoder
+
+    mae = MaskedAutoencoder(image_size=8, patch_size=4, in_channels=1, dim=8, depth=1,
+                            num_heads=2, decoder_dim=8, decoder_depth=1, decoder_heads=2)  # fmt: skip
+    official = {n for n, p in mae.named_parameters() if p.ndim == 1 or n.endswith(".bias")}
+    assert _undecayed(mae, param_groups(mae, 0.05)) == official
+    assert "mask_token" not in official
+
+
+def test_axial_vit_rule_is_the_vits_its_position_table_exempt():
+    """No reference has an axial ViT: its rule is the ViT's (1-D parameters, biases and the
+    position table; it has no class token)."""
+    from vit_tutorial.axial import AxialViT
+
+    model = AxialViT(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=1,
+                     num_heads=2)  # fmt: skip
+    expected = {n for n, p in model.named_parameters() if p.ndim < 2 or n.startswith("pos_embed.")}
+    assert _undecayed(model, param_groups(model, 0.05)) == expected
+    assert any(n.startswith("pos_embed.") for n in expected)
