@@ -236,7 +236,7 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
         path = tmp_path / entry["weights"]
         assert sha256(path) == entry["sha256"], name
     # the other parts load the saved encoders and leave the target part as it was
-    run = run_pretraining(out, "labels", "digits", "resolution")
+    run = run_pretraining(out, "labels", "digits", "resolution", "scratch-budget")
     assert run.returncode == 0, run.stdout + run.stderr
     again = json.loads(out.read_text())
     assert again["target"] == target
@@ -247,7 +247,9 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
         "mae-fresh",
         "mae-sincos",
     }
-    for part in ("labels", "digits", "resolution"):
+    budget = again["scratch-budget"]["runs"]
+    assert [(r["mode"], r["start"], r["per_class"]) for r in budget] == [("finetune", "scratch", 100)]
+    for part in ("labels", "digits", "resolution", "scratch-budget"):
         check_pretraining_part(again[part], [0])
     # weights that do not match their recorded hash are refused
     weights = tmp_path / target["pretraining"]["mae"]["weights"]
@@ -260,7 +262,8 @@ def test_committed_pretraining_results():
     results = ROOT / "benchmarks" / "results"
     record = json.loads((results / "pretraining.json").read_text())
     assert record["benchmark"] == "pretraining" and record["quick"] is False
-    for name in ("target", "labels", "digits", "resolution"):
+    assert "scratch-budget" in record  # the run that set the scratch budget, on the test set
+    for name in ("target", "labels", "digits", "resolution", "scratch-budget"):
         if name in record:
             check_pretraining_part(record[name], [0, 1, 2])
             assert record[name]["provenance"]["git_dirty"] is False, name
