@@ -248,7 +248,9 @@ def test_pretraining_quick_parts_and_saved_encoders(tmp_path):
         "mae-sincos",
     }
     budget = again["scratch-budget"]["runs"]
-    assert [(r["mode"], r["start"], r["per_class"]) for r in budget] == [("finetune", "scratch", 100)]
+    assert [(r["mode"], r["start"], r["per_class"]) for r in budget] == [
+        ("finetune", "scratch", 100)
+    ]
     for part in ("labels", "digits", "resolution", "scratch-budget"):
         check_pretraining_part(again[part], [0])
     # weights that do not match their recorded hash are refused

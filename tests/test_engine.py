@@ -734,7 +734,9 @@ def test_relative_bias_vit_decays_what_timm_beit_decays():
         return [name]
 
     mapped = {n: beit_names(n) for n, _ in ours.named_parameters()}
-    assert {b for names in mapped.values() for b in names} == {n for n, _ in beit.named_parameters()}
+    assert {b for names in mapped.values() for b in names} == {
+        n for n, _ in beit.named_parameters()
+    }
     ours_exempt = _undecayed(ours, param_groups(ours, 0.05))
     beit_exempt = _timm_undecayed(beit)
     for name, theirs in mapped.items():
