@@ -89,11 +89,13 @@ VIT_MODEL = dict(patch_size=4, dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool
 FIT = FitSettings(epochs=13, lr=2e-3, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1)
 MODELS = ("vit", "hybrid", "resnet18", "resnet8")
 #: Models of later chapters that :func:`build_model` also builds: chapter 10's Swin
-#: (``vit_tutorial.swin``'s ``'swin_fashion'`` preset, matched to ``'vit'``) and its two
+#: (``vit_tutorial.swin``'s ``'swin_fashion'`` preset, matched to ``'vit'``) and its three
 #: controls: ``'swin_global'``, the same Swin with one window per stage covering its grid
-#: (``window_size=(14, 7, 4)``: the pyramid without windows), and ``'vit_p2'``, ``'vit'`` with
-#: 2×2 patches (the Swin's 196 first-stage tokens, without its pyramid or windows).
-LATER_MODELS = ("swin", "swin_global", "vit_p2")
+#: (``window_size=(14, 7, 4)``: the pyramid without windows); ``'vit_p2'``, ``'vit'`` with
+#: 2×2 patches (the Swin's 196 first-stage tokens, without its pyramid or windows); and
+#: ``'vit_rel'``, ``'vit'`` with a relative position bias in every block instead of its
+#: absolute table (``pos_embed='relative'``, the Swin's kind of position information).
+LATER_MODELS = ("swin", "swin_global", "vit_p2", "vit_rel")
 #: The widths of :func:`resnet8_greyscale`'s three stages (14×14, 7×7 and 4×4 grids).
 RESNET8_WIDTHS = (32, 40, 80)
 
@@ -164,6 +166,8 @@ def build_model(
     options = dict(VIT_MODEL, pool=pool, drop_path=drop_path, distilled=distilled)
     if name == "vit_p2":
         options["patch_size"] = 2
+    if name == "vit_rel":
+        options["pos_embed"] = "relative"
     stem = "conv" if name == "hybrid" else "patch"
     return VisionTransformer(image_size=28, in_channels=1, num_classes=10, stem=stem, **options)
 
@@ -171,7 +175,8 @@ def build_model(
 def _check_model(name: str, pool: str, drop_path: float, distilled: bool) -> None:
     if name not in MODELS + LATER_MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {MODELS + LATER_MODELS}")
-    if name not in ("vit", "hybrid", "vit_p2") and (distilled or drop_path or pool != "mean"):
+    vits = ("vit", "hybrid", "vit_p2", "vit_rel")
+    if name not in vits and (distilled or drop_path or pool != "mean"):
         raise ValueError(
             f"pool, distilled and drop_path apply to the ViTs, not to {name!r} (it has no "
             "class token)"
