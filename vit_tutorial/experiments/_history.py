@@ -35,7 +35,8 @@ __all__ = [
 HISTORY_POINTS = 13
 #: The models' names in a legend, in the order they are drawn (others follow, as they come).
 NAMES = {"vit": "ViT", "hybrid": "hybrid ViT", "resnet18": "ResNet-18", "resnet8": "ResNet-8"}
-NAMES["swin"] = "Swin"
+NAMES |= {"swin": "Swin", "swin_global": "Swin, 1 window", "vit_p2": "ViT, 2×2 patches"}
+NAMES["vit_rel"] = "ViT, relative bias"
 
 
 def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
