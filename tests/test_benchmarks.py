@@ -413,7 +413,7 @@ def test_committed_short_study_results():
     log = (ROOT / "benchmarks" / "results" / "fashion_mnist_short.jsonl").read_text()
     rows = [json.loads(line) for line in log.splitlines()]
     assert sorted(r["key"] for r in rows) == [r["key"] for r in record["runs"]]
-    models = {"vit", "hybrid", "resnet8", "resnet18", "swin", "swin_global", "vit_p2"}
+    models = {"vit", "hybrid", "resnet8", "resnet18", "swin", "swin_global", "vit_p2", "vit_rel"}
     assert {(r["model"], r["train_size"], r["seed"]) for r in rows} == {
         (m, n, s) for m in models for n in (1000, 55000) for s in (0, 1, 2)
     }
@@ -427,7 +427,7 @@ def test_committed_short_study_results():
         assert r["optimizer_steps"] == (432 if r["train_size"] == 1000 else 430), r["key"]
         assert len(r["history"]["step"]) == 13 and r["history"]["step"][-1] == r["optimizer_steps"]
         assert r["history"]["val_accuracy"][-1] == r["val_accuracy"], r["key"]
-    assert record["runs_with_history"] == len(rows) == 42
+    assert record["runs_with_history"] == len(rows) == 48
     assert record["provenance"]["runs_on"]["device"] == "cpu"
 
 
