@@ -115,6 +115,17 @@ def test_fashion_mnist_target_quick(tmp_path):
     assert 0 <= record["runs"][0]["val_accuracy"] <= 1
 
 
+def test_committed_cnn_run_records_the_model_that_ran():
+    record = json.loads((ROOT / "benchmarks" / "results" / "fashion_mnist_cnn.json").read_text())
+    assert record["model"] == record["recipe"]["model"]["name"] == "resnet18_greyscale"
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from fashion_mnist_target import RESNET18
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert record["recipe"]["model"] == RESNET18  # what the script records today
+
+
 @pytest.mark.parametrize("name", ["digits_target", "digits_ablation"])
 def test_committed_results_are_full_runs_with_provenance(name):
     record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
