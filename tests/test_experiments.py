@@ -711,3 +711,20 @@ def test_pretraining_runs_on_a_subset_without_reading_labels():
     )
     coarse, history = pretrain_supervised(epochs=1, images=300, device="cpu")
     assert coarse.config.num_classes == 5 and len(history["train_loss"]) == 1
+
+
+def test_chapter_10_controls_differ_from_their_model_in_one_thing():
+    """'swin_global': the Swin with one window per stage (its grids 14, 7, 4); 'vit_p2': the
+    ViT with 2×2 patches; 'vit_rel': the ViT with a relative bias instead of its table."""
+    from vit_tutorial.experiments import ch08
+
+    vit, swin = ch08.build_model("vit"), ch08.build_model("swin")
+    for name, base, change in [
+        ("swin_global", swin, {"window_size": (14, 7, 4)}),
+        ("vit_p2", vit, {"patch_size": 2}),
+        ("vit_rel", vit, {"pos_embed": "relative"}),
+    ]:
+        model = ch08.build_model(name)
+        assert name in ch08.LATER_MODELS
+        assert dataclasses.replace(base.config, **change) == model.config, name
+        assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
