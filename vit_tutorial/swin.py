@@ -134,7 +134,8 @@ class SwinTransformer(nn.Module):
 
     Parameter names follow timm's where the parts agree (``patch_embed.proj``, ``downsample``,
     ``blocks``, ``attn.qkv``, ``mlp.fc1``, ``norm``); Linear layers start from
-    :func:`~vit_tutorial.encoder.init_weights`, as timm's and torchvision's (std 0.02, zero bias).
+    :func:`~vit_tutorial.encoder.init_weights` (std 0.02 truncated at ±2 std, about 0.0176, zero
+    bias; timm and torchvision truncate at ±2, which cuts nothing).
 
     Example:
         >>> model = SwinTransformer(image_size=(32, 64), dim=16, depths=(2, 2), num_heads=(1, 2),
