@@ -187,7 +187,9 @@ class WindowAttention(MultiHeadSelfAttention):
     def _build(self, dim: int, window_size: int, num_heads: int, qkv_bias: bool = True) -> None:
         super()._build(dim, num_heads, qkv_bias, 0.0, 0.0)
         self.window_size = window_size
-        self.relative_position_bias = trusted(RelativePositionBias, window_size, num_heads, 0, bound=2.0)
+        self.relative_position_bias = trusted(
+            RelativePositionBias, window_size, num_heads, 0, bound=2.0
+        )
 
     def _bias(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """The scores' additive bias: ``(1, h, N, N)``, or ``(B·nW, h, N, N)`` with a mask."""
