@@ -31,9 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
+def arguments(
+    parser: argparse.ArgumentParser, default_out: Path, default_threads: int | None = None
+) -> None:
     """Add ``--quick``, ``--out`` and ``--threads``, the options every result-writing
-    benchmark has."""
+    benchmark has (``--threads`` defaults to ``default_threads``, else torch's)."""
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -46,13 +48,13 @@ def arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
         default=None,
         help=f"result file (default: {default_out.relative_to(ROOT)}; none with --quick)",
     )
+    default = default_threads or f"torch's, {torch.get_num_threads()} here"
     parser.add_argument(
         "--threads",
         type=int,
-        default=None,
-        help=f"torch threads (default: torch's, {torch.get_num_threads()} "
-        "here; 1 with --quick). On a machine shared with other jobs, "
-        "1 thread is far faster than 2 that wait for each other",
+        default=default_threads,
+        help=f"torch threads (default: {default}; 1 with --quick). On a machine shared with "
+        "other jobs, 1 thread is far faster than 2 that wait for each other",
     )
 
 

@@ -456,3 +456,94 @@ def test_axial_benchmark_refuses_grids_it_cannot_fit_a_slope_to():
     assert slope([8, 16, 32], [1.0, 4.0, 16.0]) == pytest.approx(1.0)  # time ∝ N
     with pytest.raises(ValueError, match=r"two or more grids .* got \[8, 16, 16\]"):
         slope([8, 16, 16], [1.0, 2.0, 2.0])
+
+
+# --- the performance appendix's figures, on a quiet machine ----------------------------------
+
+APPENDIX_MEASUREMENTS = [
+    "einops",
+    "backward_forward",
+    "attention",
+    "fast_path",
+    "bf16",
+    "compile",
+    "adamw",
+    "throughput",
+    "matmul",
+    "copies",
+]
+
+
+def check_appendix_record(record: dict) -> None:
+    assert record["benchmark"] == "appendix_timings"
+    assert list(record["measurements"]) == APPENDIX_MEASUREMENTS
+    assert set(record["load_average_1min"]) == {"before", "after"}
+    blocks = []
+    for name, m in record["measurements"].items():
+        assert set(m) == {"case", "rounds", "medians", "cpu", "figures"}, name
+        assert m["cpu"] and all(t > 0 for t in m["medians"].values()), name
+        for block in m["cpu"]:
+            assert block["quiet"] is (block["share"] >= record["quiet_share"]), name
+            blocks.append((name, block))
+    assert record["contended"] == [f"{n} ({b['share']:.2f})" for n, b in blocks if not b["quiet"]]
+    assert record["quiet"] is not record["contended"]
+    threads = [b["threads"] for b in record["measurements"]["throughput"]["cpu"]]
+    assert threads == sorted({1, record["all_threads"]})
+    figures = record["measurements"]["throughput"]["figures"]
+    assert ("thread_gain" in figures) is (record["all_threads"] > 1)
+
+
+@pytest.mark.slow
+def test_appendix_timings_quick(tmp_path):
+    record = run_quick("appendix_timings.py", tmp_path / "appendix.json")
+    assert record["quick"] is True and record["threads"] == 1
+    check_provenance(record, "appendix_timings.py", [0])
+    check_appendix_record(record)
+
+
+def fake_measurements(share: float) -> dict:
+    from vit_tutorial.measure import QUIET_SHARE
+
+    block = {"threads": 1, "cpu_seconds": share, "wall_seconds": 1.0, "share": share}
+    record = {"case": "x", "rounds": 1, "medians": {"a": 1.0}, "figures": {}}
+    return {"einops": {**record, "cpu": [{**block, "quiet": share >= QUIET_SHARE}]}}
+
+
+@pytest.mark.parametrize("share, written, status", [(0.5, False, 1), (0.99, True, 0)])
+def test_appendix_timings_refuses_to_commit_a_busy_machines_figures(
+    tmp_path, monkeypatch, capsys, share, written, status
+):
+    """Without --out the script writes the committed file only when every block was quiet;
+    with --out it writes a busy run there, marked so, and still exits with status 1."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import appendix_timings
+
+        import _results
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(_results, "ROOT", tmp_path)  # the help names the file under ROOT
+    committed = tmp_path / "appendix_cpu_fp32.json"
+    monkeypatch.setattr(appendix_timings, "DEFAULT_OUT", committed)
+    monkeypatch.setattr(appendix_timings, "measure_all", lambda *a: fake_measurements(share))
+    monkeypatch.setattr(sys, "argv", ["appendix_timings.py"])
+    assert appendix_timings.main() == status
+    assert committed.is_file() is written
+    if not written:
+        assert "not written" in capsys.readouterr().err
+    elsewhere = tmp_path / "busy.json"
+    monkeypatch.setattr(sys, "argv", ["appendix_timings.py", "--out", str(elsewhere)])
+    assert appendix_timings.main() == status
+    record = json.loads(elsewhere.read_text())
+    assert record["quiet"] is written and record["quick"] is False
+
+
+def test_committed_appendix_timings_are_a_quiet_full_run():
+    path = ROOT / "benchmarks" / "results" / "appendix_cpu_fp32.json"
+    if not path.is_file():
+        pytest.skip("not recorded yet: run benchmarks/appendix_timings.py on an idle machine")
+    record = json.loads(path.read_text())
+    assert record["quick"] is False and record["quiet"] is True and record["threads"] == 1
+    check_provenance(record, "appendix_timings.py", [0])
+    assert record["provenance"]["git_dirty"] is False, "rerun from a committed tree"
+    check_appendix_record(record)

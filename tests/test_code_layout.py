@@ -27,7 +27,8 @@ MAX_MODULE_LINES = 400
 #: ``figures.py`` (the map each chapter opens with, the block of chapter 4) is left out too:
 #: its drawings grow with the chapters, not the library; it keeps the per-module cap. Issue 27
 #: adds a model family, Swin (``windows.py``, ``swin.py``, ``swin_interop.py``: 806 lines).
-MAX_CORE_LINES = 5700
+#: Issue 33 adds the contention test to ``measure.py`` (``cpu_share``, ``CpuShare``: 70 lines).
+MAX_CORE_LINES = 5770
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings.
 UNCAPPED = ("experiments", "figures.py")
 #: Modules that define layers and models: they know nothing of how they are trained.

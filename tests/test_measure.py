@@ -1,12 +1,17 @@
-"""vit_tutorial.measure: interleaved timing, the ratio to the best other, MFU, median time."""
+"""vit_tutorial.measure: interleaved timing, the ratio to the best other, MFU, median time, the
+contention test."""
 
 import math
+import time
 
 import numpy as np
 import pytest
 import torch
 
+from vit_tutorial import measure
 from vit_tutorial.measure import (
+    QUIET_SHARE,
+    cpu_share,
     interleaved_timings,
     median_seconds,
     model_flops_utilization,
@@ -134,3 +139,89 @@ def test_median_seconds_and_peak_memory():
         median_seconds(lambda: calls.append(1), warmup=-1)
     assert not calls  # refused before anything ran
     assert peak_memory(lambda: torch.empty(256, 256)) >= 256 * 256 * 4
+
+
+# --- cpu_share: the contention test ----------------------------------------------------------
+
+
+class FakeClocks:
+    """``perf_counter`` and ``process_time`` that move only when the test moves them."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 100.0
+
+    def perf_counter(self) -> float:
+        return self.wall
+
+    def process_time(self) -> float:
+        return self.cpu
+
+
+@pytest.fixture
+def clocks(monkeypatch):
+    fake = FakeClocks()
+    monkeypatch.setattr(measure, "time", fake)
+    return fake
+
+
+@pytest.mark.parametrize(
+    "threads, cpu, wall, share, quiet",
+    [
+        (1, 2.0, 2.0, 1.0, True),  # one thread that ran throughout
+        (1, 2 / 3, 1.0, 2 / 3, False),  # one thread, two busy neighbours on 2 cores
+        (2, 4 / 3, 1.0, 2 / 3, False),  # two threads, one busy neighbour on 2 cores
+        (2, 1.0, 1.0, 0.5, False),  # two threads, one asleep: a false alarm, the safe side
+        (4, 3.8, 1.0, 0.95, True),  # four threads, kept busy
+        (1, 0.9, 1.0, QUIET_SHARE, True),  # the threshold itself is quiet
+        (1, 0.0, 0.0, 0.0, False),  # no time passed: no evidence of quiet
+    ],
+)
+def test_cpu_share_is_cpu_seconds_over_wall_seconds_times_threads(
+    clocks, threads, cpu, wall, share, quiet
+):
+    with cpu_share(threads=threads) as record:
+        clocks.cpu += cpu
+        clocks.wall += wall
+    assert record.share == pytest.approx(share)
+    assert record.quiet is quiet
+    assert record.as_dict() == {
+        "threads": threads,
+        "cpu_seconds": pytest.approx(cpu),
+        "wall_seconds": pytest.approx(wall),
+        "share": pytest.approx(share),
+        "quiet": quiet,
+    }
+    assert str(record).startswith(f"CPU share {share:.2f} of {threads} thread(s): ")
+
+
+def test_cpu_share_counts_torch_threads_by_default_and_fills_the_record_on_error(clocks):
+    with cpu_share() as record:
+        clocks.cpu += 1.0
+        clocks.wall += 1.0
+    assert record.threads == torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="boom"), cpu_share(threads=1) as failed:
+        clocks.cpu += 0.5
+        clocks.wall += 1.0
+        raise RuntimeError("boom")
+    assert failed.share == pytest.approx(0.5) and str(failed).endswith("below 0.9, not quiet")
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (1.0, TypeError)])
+def test_cpu_share_refuses_a_thread_count_that_is_not_a_positive_integer(bad, error):
+    with pytest.raises(error, match="threads must be"), cpu_share(threads=bad):
+        pass
+
+
+def test_cpu_share_on_the_real_clocks_tells_waiting_from_running():
+    """Not a speed target: a sleep takes next to no CPU on any machine, and a loop that runs
+    until it has used 0.05 CPU seconds took at least that (its share only falls, and far
+    less than to a sleep's, when other processes take the core)."""
+    with cpu_share(threads=1) as asleep:
+        time.sleep(0.1)
+    with cpu_share(threads=1) as running:
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+    assert asleep.share < 0.5 and not asleep.quiet
+    assert running.cpu_seconds >= 0.05 and 0 < running.share <= 1.05
+    assert running.share > asleep.share

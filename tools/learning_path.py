@@ -90,7 +90,7 @@ APPENDICES = (
         "book/appendix_performance",
         "Making a ViT fast",
         (),
-        ("attention", "measure", "vit", "interop"),
+        ("attention", "measure", "vit", "interop", "experiments"),
     ),
 )
 EXERCISES = "exercises"  # the module every chapter's exercises import
@@ -169,9 +169,7 @@ def draw() -> Figure:
                 builds, uses, face = (EXERCISES,), "a checker for each exercise", "#eeeeee"
             else:
                 builds, face = chapter.builds, BLUE
-                uses = (
-                    f"{'also uses' if builds else 'no new module; uses'} {', '.join(chapter.uses)}"
-                )
+                uses = f"{'also uses' if builds else 'only uses'} {', '.join(chapter.uses)}"
                 uses = uses if chapter.uses else ""
             _box(ax, CHAPTER_X, y, box_w, BOX_H, face, BLUE_EDGE)
             ax.text(CHAPTER_X + TEXT_PAD, y, label, fontsize=FONT, va="center")

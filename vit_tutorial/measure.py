@@ -1,17 +1,20 @@
 """What a layer costs: wall-clock time, peak memory and FLOP utilisation (chapters 1 and 7, the
 performance appendix, ``benchmarks/``). :func:`interleaved_timings` times implementations of the
-same work in rotating order, so that a slow spell of the machine hits them all alike, and
-:func:`ratio_to_best` turns those rounds into "ours / the fastest other" per round.
+same work in rotating order, so that a slow spell of the machine hits them all alike,
+:func:`ratio_to_best` turns those rounds into "ours / the fastest other" per round, and
+:func:`cpu_share` says whether another process held a core meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from numbers import Integral, Real
 
 import torch
@@ -24,7 +27,14 @@ __all__ = [
     "interleaved_timings",
     "ratio_to_best",
     "model_flops_utilization",
+    "QUIET_SHARE",
+    "CpuShare",
+    "cpu_share",
 ]
+
+#: :attr:`CpuShare.share` at or above which a measurement counts as quiet (no other process
+#: held a core it needed); below it, as taken under contention.
+QUIET_SHARE = 0.9
 
 
 def peak_memory(fn: Callable[[], object]) -> int:
@@ -149,3 +159,63 @@ def _positive(pairs: list[tuple[str, object]]) -> None:
     for name, value in pairs:
         if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value < math.inf:
             raise ValueError(f"{name} must be a number > 0 and finite, got {value!r}")
+
+
+@dataclasses.dataclass
+class CpuShare:
+    """What this process got of the CPU during a measurement (:func:`cpu_share` fills it)."""
+
+    threads: int
+    cpu_seconds: float = 0.0  # user and system time of every thread of the process
+    wall_seconds: float = 0.0
+
+    @property
+    def share(self) -> float:
+        """``cpu_seconds / (wall_seconds × threads)``: 1 when every thread ran throughout."""
+        return self.cpu_seconds / (self.wall_seconds * self.threads) if self.wall_seconds else 0.0
+
+    @property
+    def quiet(self) -> bool:
+        """Whether :attr:`share` reached :data:`QUIET_SHARE`."""
+        return self.share >= QUIET_SHARE
+
+    def as_dict(self) -> dict[str, object]:
+        """The record a result file keeps: the fields, the share and the verdict."""
+        return {**dataclasses.asdict(self), "share": self.share, "quiet": self.quiet}
+
+    def __str__(self) -> str:
+        verdict = "quiet" if self.quiet else f"below {QUIET_SHARE}, not quiet"
+        return f"CPU share {self.share:.2f} of {self.threads} thread(s): {verdict}"
+
+
+@contextlib.contextmanager
+def cpu_share(threads: int | None = None) -> Iterator[CpuShare]:
+    """Measure, around the ``with`` block, the process's CPU seconds over wall seconds ×
+    ``threads`` (default: :func:`torch.get_num_threads`): a contention test that does not lag.
+
+    A thread that runs throughout adds its wall time in CPU time; one that waits for a core
+    another process holds does not. So one thread on a machine with a free core gives about 1,
+    and ``threads`` beside ``k`` busy threads of others, more than the cores, about
+    ``cores / (threads + k)`` (2/3 for 1 thread and 2 neighbours on 2 cores, or 2 and 1).
+    OpenMP threads that wait at a barrier spin for a while before they sleep, and spinning
+    counts as CPU time, so a run of large kernels on an idle machine gives about 1 with every
+    thread too; but work that keeps only one thread busy (Python between small kernels, the
+    optimiser's loop) gives about ``1 / threads`` on an idle machine: the test can call a quiet
+    machine busy (a false alarm, on the safe side). It does not see what
+    slows a process without taking its core: shared caches, memory bandwidth, a neighbour on
+    the other hyperthread of the same core. The load average is no substitute: it averages
+    the last minute, lagging, and counts this process's own threads.
+
+    Example:
+        >>> with cpu_share(threads=1) as cpu:
+        ...     time.sleep(0.05)  # waiting is not running
+        >>> cpu.quiet
+        False
+    """
+    record = CpuShare(check_int("threads", torch.get_num_threads() if threads is None else threads))
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        yield record
+    finally:
+        record.cpu_seconds = time.process_time() - cpu
+        record.wall_seconds = time.perf_counter() - wall
