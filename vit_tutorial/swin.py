@@ -172,10 +172,8 @@ class SwinTransformer(nn.Module):
         return self.head(self.forward_features(images).mean(dim=(1, 2)))
 
     def no_weight_decay(self) -> set[str]:
-        """Names of the parameters exempt from weight decay besides biases and norms: every
-        relative position bias table, as timm (``SwinTransformer.no_weight_decay``) and the
-        official code (``no_weight_decay_keywords`` in ``models/swin_transformer.py``, read by
-        ``set_weight_decay`` in ``optimizer.py``) exempt them."""
+        """The parameters exempt from weight decay besides biases and norms: the relative position
+        bias tables, as in timm's ``no_weight_decay`` and the official ``optimizer.py``."""
         return {n for n, _ in self.named_parameters() if n.endswith("relative_position_bias.table")}
 
 

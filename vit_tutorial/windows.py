@@ -166,9 +166,8 @@ class WindowAttention(MultiHeadSelfAttention):
     A :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (fast and teaching path, ``qkv`` and
     ``proj``) whose scores get the bias of a
     :class:`~vit_tutorial.positional.RelativePositionBias` over one M×M window, ``(2M-1)²`` offsets
-    per head (a normal of std 0.02 truncated at ±2, which cuts nothing, as timm's and
-    torchvision's ``trunc_normal_(std=.02)``), and ``-inf`` where a
-    boolean ``mask`` is ``False``. The references add ``-100`` there
+    per head (std 0.02 cut at ±2, which cuts nothing, as timm's and torchvision's), and ``-inf``
+    where a boolean ``mask`` is ``False``. The references add ``-100`` there
     (``masked_fill(attn_mask != 0, -100.0)``): the same softmax in float32 to about ``e^-100``.
 
     Example:
@@ -187,9 +186,8 @@ class WindowAttention(MultiHeadSelfAttention):
     def _build(self, dim: int, window_size: int, num_heads: int, qkv_bias: bool = True) -> None:
         super()._build(dim, num_heads, qkv_bias, 0.0, 0.0)
         self.window_size = window_size
-        self.relative_position_bias = trusted(
-            RelativePositionBias, window_size, num_heads, 0, bound=2.0
-        )
+        rpb = trusted(RelativePositionBias, window_size, num_heads, 0, bound=2.0)  # as timm's
+        self.relative_position_bias = rpb
 
     def _bias(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """The scores' additive bias: ``(1, h, N, N)``, or ``(B·nW, h, N, N)`` with a mask."""
