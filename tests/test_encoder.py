@@ -1,13 +1,25 @@
 """Tests for vit_tutorial/encoder.py and its exercise checkers."""
 
+import collections
+
 import pytest
 import timm.models.vision_transformer as timm_vit
 import torch
 from torch import nn
 from torchvision.models.vision_transformer import EncoderBlock as TorchvisionBlock
 
-from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, drop_path
+from vit_tutorial import attention, encoder
+from vit_tutorial.encoder import (
+    MLP,
+    BlockOptions,
+    DropPath,
+    Encoder,
+    EncoderBlock,
+    PostNormBlock,
+    drop_path,
+)
 from vit_tutorial.exercises import check_block_forward, check_drop_path, check_layer_norm
+from vit_tutorial.validate import trusted
 
 from checker_messages import wrapped
 
@@ -162,6 +174,87 @@ def test_block_passes_attn_bias_through():
     torch.testing.assert_close(block(x, attn_bias=bias), out, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_fused_and_teaching_paths_agree_with_an_attention_bias(norm_first):
+    block = randomise_norms(EncoderBlock(32, 4, mlp_ratio=2.0, norm_first=norm_first)).eval()
+    x, bias = torch.randn(2, 7, 32), 2 * torch.randn(4, 7, 7)  # a bias per head
+    fused = block(x, bias)
+    assert not torch.allclose(fused, block(x), atol=1e-3)  # the bias reaches the attention
+    out, weights = block.forward_with_weights(x, bias)
+    torch.testing.assert_close(out, fused, atol=1e-5, rtol=0)
+    _, expected = block.attn.forward_with_weights(block.norm1(x) if norm_first else x, bias)
+    torch.testing.assert_close(weights, expected)
+    block.attn.fused = False  # the explicit softmax inside forward itself
+    torch.testing.assert_close(block(x, bias), fused, atol=1e-5, rtol=0)
+
+
+def test_norm_first_false_is_a_post_norm_block():
+    pre = EncoderBlock(32, 4)
+    post = randomise_norms(EncoderBlock(32, 4, norm_first=False)).eval()
+    assert type(pre) is EncoderBlock and type(post) is PostNormBlock
+    assert isinstance(post, EncoderBlock)
+    assert list(post.state_dict()) == list(pre.state_dict())  # timm's names, for interop
+    x, bias = torch.randn(2, 6, 32), torch.randn(6, 6)
+    h = post.norm1(x + post.attn(x, bias))  # LN(x + Attention(x))
+    expected = post.norm2(h + post.mlp(h))  # LN(h + MLP(h))
+    torch.testing.assert_close(post(x, bias), expected)
+    assert not torch.allclose(post(x, bias), pre_norm(post, x, bias), atol=1e-2)
+
+
+def test_post_norm_block_built_directly_and_trusted():
+    torch.manual_seed(0)
+    direct = PostNormBlock(32, 4, drop_path=0.1, mlp_ratio=2.0)
+    torch.manual_seed(0)
+    built = trusted(PostNormBlock, BlockOptions(32, 4, mlp_ratio=2.0), 0.1)
+    assert type(direct) is type(built) is PostNormBlock and repr(direct) == repr(built)
+    for (name, a), (_, b) in zip(direct.state_dict().items(), built.state_dict().items()):
+        assert torch.equal(a, b), name
+    torch.manual_seed(0)
+    via_flag = EncoderBlock(32, 4, drop_path=0.1, mlp_ratio=2.0, norm_first=False)
+    assert repr(via_flag) == repr(direct)
+    assert all(torch.equal(via_flag.state_dict()[k], v) for k, v in direct.state_dict().items())
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """A Counter of the names the encoder's and the attention's checks receive."""
+    names = collections.Counter()
+    for module in (encoder, attention):
+        for check in ("check_int", "check_real", "check_bool"):
+            original = getattr(module, check)
+
+            def counting(name, *args, _check=original, **kwargs):
+                names[name] += 1
+                return _check(name, *args, **kwargs)
+
+            monkeypatch.setattr(module, check, counting)
+    return names
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_a_block_checks_each_argument_once(checked, norm_first):
+    EncoderBlock(32, 4, drop_path=0.1, norm_first=norm_first)
+    assert checked["norm_first"] == checked["drop_path"] == checked["dim"] == 1
+    assert max(checked.values()) == 1, dict(checked)
+
+
+def test_blocks_built_from_checked_options_check_nothing(checked):
+    options = BlockOptions(32, 4)
+    assert checked  # the options check their fields, once each
+    checked.clear()
+    trusted(EncoderBlock, options, 0.1)
+    trusted(PostNormBlock, options, 0.1)
+    assert not checked, dict(checked)
+    Encoder(32, depth=3, num_heads=4, drop_path=0.1)
+    assert max(checked.values()) == 1 and "norm_first" not in checked, dict(checked)
+
+
+@pytest.mark.parametrize("norm_first", [1, 0, None, "no"])
+def test_norm_first_must_be_a_bool(norm_first):
+    with pytest.raises(TypeError, match=f"norm_first must be True or False, got {norm_first!r}"):
+        EncoderBlock(32, 4, norm_first=norm_first)
+
+
 def test_block_gradients_reach_every_parameter():
     block = EncoderBlock(16, 2, drop_path=0.1)
     x = torch.randn(4, 5, 16, requires_grad=True)
@@ -250,8 +343,8 @@ def test_check_drop_path_explains_each_mistake(wrong, message):
         check_drop_path(wrong)
 
 
-def pre_norm(b, x):
-    x = x + b.attn(b.norm1(x))
+def pre_norm(b, x, attn_bias=None):
+    x = x + b.attn(b.norm1(x), attn_bias)
     return x + b.mlp(b.norm2(x))
 
 

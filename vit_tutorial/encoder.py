@@ -9,7 +9,7 @@ modules one to one. Shapes: B batch, T tokens, D model width, h heads.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -25,9 +25,13 @@ __all__ = [
     "drop_path_rates",
     "BlockOptions",
     "EncoderBlock",
+    "PostNormBlock",
     "Encoder",
     "init_weights",
 ]
+
+Bias = Tensor | None  # an attention bias or boolean mask (True = attend), to (B, h, T, T)
+Biases = Bias | Sequence[Bias]  # one bias shared by every block of an Encoder, or one each
 
 
 def init_weights(module: nn.Module) -> None:
@@ -56,8 +60,7 @@ def drop_path_rates(drop_path: float, depth: int) -> list[float]:
         >>> drop_path_rates(0.2, 3)
         [0.0, 0.10000000149011612, 0.20000000298023224]
     """
-    check_int("depth", depth)
-    check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
+    check_int("depth", depth), check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
     return torch.linspace(0, drop_path, depth, device="cpu").tolist()
 
 
@@ -108,8 +111,7 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
     return _drop_path(x, p, training)
 
 
-def _drop_path(x: Tensor, p: float, training: bool) -> Tensor:
-    """:func:`drop_path` for a checked ``p``."""
+def _drop_path(x: Tensor, p: float, training: bool) -> Tensor:  # drop_path for a checked p
     if p == 0.0 or not training:
         return x
     keep = 1.0 - p
@@ -182,11 +184,10 @@ class BlockOptions:
 
 
 class EncoderBlock(nn.Module):
-    """One Transformer encoder block: attention and MLP, each in a residual branch.
+    """One pre-norm Transformer encoder block: attention and MLP, each in a residual branch.
 
-    ``dim``, ``num_heads`` and ``**options`` (keywords) are the fields of :class:`BlockOptions`;
-    ``drop_path`` is each branch's stochastic-depth probability. ``norm_first=False`` puts LayerNorm
-    after each residual sum, ``x = LN(x + Attention(x))``, as Vaswani et al. ("post-norm").
+    ``dim``, ``num_heads`` and ``**options`` are the fields of :class:`BlockOptions`, ``drop_path``
+    each branch's stochastic-depth probability; ``norm_first=False`` makes a :class:`PostNormBlock`.
 
     Example:
         >>> block, x = EncoderBlock(dim=64, num_heads=4), torch.randn(2, 10, 64)
@@ -205,40 +206,44 @@ class EncoderBlock(nn.Module):
         **options: Any,
     ) -> None:
         check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
-        self._build(BlockOptions(dim, num_heads, **options), drop_path, norm_first)
+        if not check_bool("norm_first", norm_first):
+            self.__class__ = PostNormBlock  # the same layers, each LayerNorm after its sum
+        self._build(BlockOptions(dim, num_heads, **options), drop_path)
 
-    def _build(self, o: BlockOptions, drop_path: float, norm_first: bool = True) -> None:
-        super().__init__()
-        self.norm_first = norm_first
+    def _build(self, o: BlockOptions, drop_path: float) -> None:
+        super().__init__()  # the layers, in the order of chapter 4's figure
         self.norm1 = nn.LayerNorm(o.dim, eps=o.norm_eps)
-        self.attn = o.attention()
+        self.attn = o.attention()  # MultiHeadSelfAttention(dim, num_heads), chapter 1
         self.drop_path1 = trusted(DropPath, drop_path)
         self.norm2 = nn.LayerNorm(o.dim, eps=o.norm_eps)
-        self.mlp = o.mlp()
+        self.mlp = o.mlp()  # MLP(dim, mlp_ratio · dim)
         self.drop_path2 = trusted(DropPath, drop_path)
 
-    def forward(self, x: Tensor, attn_bias: Tensor | None = None) -> Tensor:
-        """Apply the block to tokens ``x`` ``(B, T, D)``, same shape out; ``attn_bias`` (e.g. a
-        relative position bias) broadcasts to ``(B, h, T, T)``."""
-        return self._residuals(x, lambda h: (self.attn(h, attn_bias), None))[0]
+    def forward(self, x: Tensor, attn_bias: Bias = None) -> Tensor:
+        """Tokens ``x`` ``(B, T, D)`` in and out; ``attn_bias`` broadcasts to ``(B, h, T, T)``."""
+        x = x + self.drop_path1(self.attn(self.norm1(x), attn_bias))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
 
-    def forward_with_weights(
-        self, x: Tensor, attn_bias: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def forward_with_weights(self, x: Tensor, attn_bias: Bias = None) -> tuple[Tensor, Tensor]:
         """:meth:`forward`, and the attention weights ``(B, h, T, T)`` (explicit path)."""
-        return self._residuals(x, lambda h: self.attn.forward_with_weights(h, attn_bias))
+        a, weights = self.attn.forward_with_weights(self.norm1(x), attn_bias)
+        x = x + self.drop_path1(a)
+        return x + self.drop_path2(self.mlp(self.norm2(x))), weights
 
-    def _residuals(self, x: Tensor, attend: Callable) -> tuple[Tensor, Tensor | None]:
-        """The two residual branches around ``attend(tokens) -> (out, weights or None)``."""
-        if self.norm_first:
-            a, weights = attend(self.norm1(x))
-            x = x + self.drop_path1(a)
-            x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        else:
-            a, weights = attend(x)
-            x = self.norm1(x + self.drop_path1(a))
-            x = self.norm2(x + self.drop_path2(self.mlp(x)))
-        return x, weights
+
+class PostNormBlock(EncoderBlock):
+    """``EncoderBlock(..., norm_first=False)``, post-norm: ``x = LN(x + DropPath(Attention(x)))``,
+    then the MLP (Vaswani et al., Section 3.1). A class of its own, as timm's ``ResPostBlock``
+    (``timm/models/vision_transformer.py``), which normalises the branch, not the sum."""
+
+    def forward(self, x: Tensor, attn_bias: Bias = None) -> Tensor:
+        x = self.norm1(x + self.drop_path1(self.attn(x, attn_bias)))
+        return self.norm2(x + self.drop_path2(self.mlp(x)))
+
+    def forward_with_weights(self, x: Tensor, attn_bias: Bias = None) -> tuple[Tensor, Tensor]:
+        a, weights = self.attn.forward_with_weights(x, attn_bias)
+        x = self.norm1(x + self.drop_path1(a))
+        return self.norm2(x + self.drop_path2(self.mlp(x))), weights
 
 
 class Encoder(nn.Module):
@@ -246,7 +251,7 @@ class Encoder(nn.Module):
 
     Block ``i`` (0-based) drops its branches with probability ``drop_path · i / (depth-1)``, as
     in DeiT and timm: the first block never, the last one most often. ``dim``, ``num_heads``
-    and ``**block_options`` are the fields of :class:`BlockOptions`, the same for every block.
+    and ``**options`` are the fields of :class:`BlockOptions`, the same for every block.
 
     Example:
         >>> encoder = Encoder(dim=32, depth=3, num_heads=2, drop_path=0.2)
@@ -255,35 +260,30 @@ class Encoder(nn.Module):
     """
 
     def __init__(
-        self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0, **block_options: Any
+        self, dim: int, depth: int, num_heads: int, drop_path: float = 0.0, **options: Any
     ) -> None:
-        options = BlockOptions(dim, num_heads, **block_options)
-        self._build(options, drop_path_rates(drop_path, depth))
+        self._build(BlockOptions(dim, num_heads, **options), drop_path_rates(drop_path, depth))
 
     def _build(self, o: BlockOptions, rates: list[float]) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(trusted(EncoderBlock, o, rate) for rate in rates)
 
-    def _with_biases(self, attn_bias: Tensor | Sequence[Tensor | None] | None) -> Iterator:
-        """Each block with its attention bias, from one shared bias or one per block."""
+    def _with_biases(self, attn_bias: Biases) -> Iterator[tuple[EncoderBlock, Bias]]:
+        n = len(self.blocks)
         if attn_bias is None or isinstance(attn_bias, Tensor):
-            attn_bias = [attn_bias] * len(self.blocks)
-        elif len(attn_bias) != len(self.blocks):
-            raise ValueError(
-                f"expected one attention bias per block ({len(self.blocks)}), got {len(attn_bias)}"
-            )
+            attn_bias = [attn_bias] * n
+        elif len(attn_bias) != n:
+            raise ValueError(f"expected one attention bias per block ({n}), got {len(attn_bias)}")
         return zip(self.blocks, attn_bias, strict=True)
 
-    def forward(
-        self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, attn_bias: Biases = None) -> Tensor:
         """Apply every block in turn to tokens ``(B, T, D)``, with one ``attn_bias`` or one each."""
         for block, bias in self._with_biases(attn_bias):
             x = block(x, bias)
         return x
 
     def forward_with_weights(
-        self, x: Tensor, attn_bias: Tensor | Sequence[Tensor | None] | None = None
+        self, x: Tensor, attn_bias: Biases = None
     ) -> tuple[Tensor, list[Tensor]]:
         """:meth:`forward`, and the attention weights of every block, ``(B, h, T, T)`` each."""
         maps = []
