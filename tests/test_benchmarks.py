@@ -458,6 +458,18 @@ def test_axial_benchmark_refuses_grids_it_cannot_fit_a_slope_to():
         slope([8, 16, 16], [1.0, 2.0, 2.0])
 
 
+@pytest.mark.slow
+def test_swin_block_memory_quick():
+    command = [sys.executable, "benchmarks/swin_block_memory.py", "--batch", "2"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr  # the layer's peak drops by the bias
+    rows = {line.split()[0]: line.split()[1:] for line in run.stdout.splitlines()[4:6]}
+    assert set(rows) == {"layer", "block"} and all(r[3] == "0" for r in rows.values())  # same
+    assert "batch 2: nW = 64 windows of N = 49 tokens" in run.stdout and ": met" in run.stdout
+    refused = subprocess.run([*command[:2], "--batch", "0"], cwd=ROOT, capture_output=True)
+    assert refused.returncode == 2 and b"--batch must be at least 1" in refused.stderr
+
+
 # --- the performance appendix's figures, on a quiet machine ----------------------------------
 
 APPENDIX_MEASUREMENTS = [

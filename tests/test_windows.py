@@ -5,7 +5,8 @@ import torch
 from einops import rearrange
 from torch.autograd.functional import jacobian
 
-from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.attention import MultiHeadSelfAttention, attention_weights
+from vit_tutorial.measure import peak_memory
 from vit_tutorial.positional import RelativePositionBias
 from vit_tutorial.windows import (
     PatchMerging,
@@ -182,6 +183,57 @@ def test_fast_and_teaching_paths_agree_and_weights_are_zero_where_masked():
     torch.testing.assert_close(weights.sum(-1), torch.ones(8, 2, 16))
 
 
+def repeated_bias(attn, mask, images):
+    """The per-window bias as the layer built it before issue 34: ``(B·nW, h, N, N)``."""
+    bias = attn.relative_position_bias().masked_fill(~mask[:, None], float("-inf"))
+    return bias.repeat(images, 1, 1, 1)  # (nW, h, N, N) once per image
+
+
+@pytest.mark.parametrize("qkv_bias", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+def test_folded_windows_equal_the_bias_repeated_per_image(fused, qkv_bias):
+    attn = WindowAttention(32, 4, 2, qkv_bias=qkv_bias).eval()
+    attn.fused = fused
+    with torch.no_grad():
+        attn.relative_position_bias.table.normal_(0, 1)
+    x, mask = torch.randn(3 * 4, 16, 32), shifted_window_mask(8, 8, 4, 2)  # 3 images
+    with torch.no_grad():
+        expected = full_attention(attn, x, repeated_bias(attn, mask, 3))
+        out, weights = attn.forward_with_weights(x, attn_bias=mask)
+        _, expected_weights = MultiHeadSelfAttention.forward_with_weights(
+            attn, x, repeated_bias(attn, mask, 3)
+        )
+        torch.testing.assert_close(attn(x, attn_bias=mask), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_additive_mask_equals_the_boolean_one(fused):
+    attn = WindowAttention(32, 4, 2).eval()
+    attn.fused = fused
+    x, mask = torch.randn(8, 16, 32), shifted_window_mask(8, 8, 4, 2)
+    minus_inf = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    minus_100 = (~mask).float() * -100.0  # as timm and torchvision add it
+    with torch.no_grad():
+        boolean = attn(x, mask)
+        torch.testing.assert_close(attn(x, minus_inf), boolean, atol=0, rtol=0)
+        torch.testing.assert_close(attn(x, minus_100), boolean, atol=1e-6, rtol=0)
+        assert (attn(x, -minus_100) - boolean).abs().max() > 1e-2  # the sign matters
+
+
+def test_the_mask_is_not_copied_for_every_image():
+    # many narrow heads: the bias (B·nW, h, N, N) of the old layer dwarfs the tokens
+    attn = WindowAttention(dim=8, window_size=7, num_heads=8).eval()
+    B, mask = 16, shifted_window_mask(14, 14, 7, 3)  # 4 windows of N = 49 tokens per image
+    x = torch.randn(B * 4, 49, 8)  # (B·nW, N, D)
+    repeated = B * 4 * 8 * 49 * 49 * 4  # bytes of a float32 (B·nW, h, N, N): 4.9 MB
+    with torch.inference_mode():
+        rest = peak_memory(lambda: attn(x))  # the same layer, its bias (1, h, N, N) broadcast
+        masked = peak_memory(lambda: attn(x, mask))
+    assert masked < rest + repeated / 2, f"{masked} bytes, {rest} without a mask"
+
+
 # --- SwinBlock and PatchMerging --------------------------------------------------------------
 
 
@@ -218,6 +270,53 @@ def test_block_gradients_reach_every_parameter():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in block.parameters())
 
 
+def explicit_maps(block, x):
+    """Full attention of the block's tokens ``(B, h, HW, HW)`` under its block-diagonal mask."""
+    (B, H, W, _), attn = x.shape, block.attn
+    tokens = block.norm1(x).flatten(1, 2)  # (B, HW, C)
+    q, k, _ = attn.qkv(tokens).view(B, H * W, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+    allowed = block_diagonal_mask(H, W, block.window_size, block.shifts(H, W))  # (HW, HW)
+    bias = full_bias(attn, H, W).masked_fill(~allowed, float("-inf"))
+    return attention_weights(q, k, bias), allowed
+
+
+@pytest.mark.parametrize("s", [0, 2])
+def test_block_maps_are_full_attention_under_the_block_diagonal_mask(s):
+    block = SwinBlock(32, 4, window_size=4, shift_size=s).eval()
+    with torch.no_grad():
+        block.attn.relative_position_bias.table.normal_(0, 1)
+    x = torch.randn(2, 8, 12, 32)
+    with torch.no_grad():
+        out, maps = block.forward_with_weights(x)
+        expected, allowed = explicit_maps(block, x)
+        torch.testing.assert_close(out, block(x), atol=1e-5, rtol=1e-5)
+    assert maps.shape == (2, 4, 96, 96)
+    torch.testing.assert_close(maps, expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 4, 96))
+    assert maps[..., ~allowed].abs().max() == 0 and (maps[..., allowed] > 0).all()
+
+
+@pytest.mark.parametrize(
+    ("H", "W", "s", "short_rows"),
+    [(6, 10, 0, 28), (6, 10, 2, 0), (5, 9, 2, 33)],  # 6×10 shifted: the padding wraps, kept apart
+)
+def test_block_maps_drop_the_padding(H, W, s, short_rows):
+    block = SwinBlock(16, 2, window_size=4, shift_size=s).eval()
+    x = torch.randn(2, H, W, 16)  # padded to 8×12
+    with torch.no_grad():
+        out, maps = block.forward_with_weights(x)
+        torch.testing.assert_close(out, block(x), atol=1e-5, rtol=1e-5)
+    assert maps.shape == (2, 2, H * W, H * W)
+    real = ((torch.arange(8)[:, None] < H) & (torch.arange(12) < W)).flatten()  # (96,)
+    padded = block_diagonal_mask(8, 12, 4, block.shifts(H, W))  # (96, 96) on the padded grid
+    allowed = padded[real][:, real]  # (HW, HW)
+    assert maps[..., ~allowed].abs().max() == 0 and (maps[..., allowed] > 0).all()
+    sums, short = maps.sum(-1), padded[real][:, ~real].any(-1)  # (2, 2, HW); (HW,)
+    assert short.sum() == short_rows  # the queries whose window held padding
+    torch.testing.assert_close(sums[..., ~short], torch.ones(2, 2, H * W - short_rows))
+    assert (sums[..., short] < 1 - 1e-3).all()
+
+
 def test_patch_merging_concatenates_in_the_references_order():
     merge = PatchMerging(3)
     x = torch.randn(2, 6, 4, 3)
@@ -248,6 +347,11 @@ def test_patch_merging_concatenates_in_the_references_order():
         (lambda: SwinBlock(32, 2, window_size=0), ValueError, "window_size must be at least 1"),
         (lambda: SwinBlock(32, 2, drop_path=1.0), ValueError, "drop_path"),
         (lambda: SwinBlock(32, 2)(torch.zeros(1, 7, 7, 16)), ValueError, r"\(B, H, W, 32\)"),
+        (
+            lambda: SwinBlock(32, 2).forward_with_weights(torch.zeros(7, 7, 32)),
+            ValueError,
+            r"\(B, H, W, 32\)",
+        ),
         (lambda: PatchMerging(8)(torch.zeros(1, 16, 8)), ValueError, r"\(B, H, W, 8\)"),
     ],
 )
@@ -256,10 +360,22 @@ def test_bad_input_is_refused(call, error, message):
         call()
 
 
-def test_bad_masks_are_refused():
+@pytest.mark.parametrize("method", ["forward", "forward_with_weights"])
+@pytest.mark.parametrize(
+    ("x", "kwargs", "error", "message"),
+    [
+        ((8, 4, 16), {"attn_bias": torch.ones(4, 4, 4, dtype=torch.long)}, TypeError, "int64"),
+        ((8, 4, 16), {"attn_bias": [[True]]}, TypeError, "bool .* or float, got list"),
+        ((8, 4, 16), {"attn_bias": torch.ones(4, 3, 3).bool()}, ValueError, r"\(nW, 4, 4\)"),
+        ((8, 4, 16), {"attn_bias": torch.ones(4, 4).bool()}, ValueError, r"got \(4, 4\)"),
+        ((8, 4, 16), {"attn_bias": torch.ones(3, 4, 4).bool()}, ValueError, "dividing the 8"),
+        ((8, 4, 16), {"attn_bias": torch.ones(0, 4, 4)}, ValueError, r"got \(0, 4, 4\)"),
+        ((8, 4, 16), {"rope": lambda t: t}, ValueError, "no rope"),
+        ((8, 9, 16), {}, ValueError, r"windows \(B·nW, 4, 16\), got \(8, 9, 16\)"),
+        ((4, 16), {}, ValueError, r"windows \(B·nW, 4, 16\)"),
+    ],
+)
+def test_bad_windows_masks_and_ropes_are_refused(method, x, kwargs, error, message):
     attn = WindowAttention(16, 2, 2)
-    x = torch.randn(8, 4, 16)
-    with pytest.raises(ValueError, match=r"boolean \(nW, 4, 4\)"):
-        attn(x, torch.ones(4, 4, 4))  # a float mask
-    with pytest.raises(ValueError, match="no whole number"):
-        attn(x, torch.ones(3, 4, 4, dtype=torch.bool))
+    with pytest.raises(error, match=message):
+        getattr(attn, method)(torch.randn(x), **kwargs)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.attention import MultiHeadSelfAttention, check_heads
+from vit_tutorial.attention import MultiHeadSelfAttention, Rope, attention_weights, check_heads
 from vit_tutorial.encoder import BlockOptions, DropPath
 from vit_tutorial.patches import IntOrPair, pair
 from vit_tutorial.positional import RelativePositionBias
@@ -163,19 +163,24 @@ def block_diagonal_mask(
 class WindowAttention(MultiHeadSelfAttention):
     """Multi-head self-attention inside each window, with Swin's relative position bias.
 
-    A :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (fast and teaching path, ``qkv`` and
-    ``proj``) whose scores get the bias of a
-    :class:`~vit_tutorial.positional.RelativePositionBias` over one M×M window, ``(2M-1)²`` offsets
-    per head (std 0.02 cut at ±2, which cuts nothing, as timm's and torchvision's), and ``-inf``
-    where a boolean ``mask`` is ``False``. The references add ``-100`` there
+    A :class:`~vit_tutorial.attention.MultiHeadSelfAttention` (fast and teaching path, ``qkv``,
+    ``proj``, ``forward(x, attn_bias)``; no ``rope``) over windows ``(B·nW, N, D)``, whose scores
+    get the bias of a :class:`~vit_tutorial.positional.RelativePositionBias` over one M×M window,
+    ``(2M-1)²`` offsets per head (std 0.02 cut at ±2, which cuts nothing, as timm's and
+    torchvision's), and ``attn_bias``, one mask ``(nW, N, N)`` for every image's windows:
+    ``-inf`` where a boolean one is ``False``, or added. The references add ``-100``
     (``masked_fill(attn_mask != 0, -100.0)``): the same softmax in float32 to about ``e^-100``.
+    With a mask, the windows fold into the head axis, ``(B, nW·h, N, d)``: the bias ``(1, nW·h, N,
+    N)`` broadcasts over the images, with no ``(B·nW, h, N, N)`` copy, into the fused kernel.
 
     Example:
         >>> attn = WindowAttention(dim=32, window_size=4, num_heads=2)
         >>> attn.relative_position_bias.table.shape  # (2·4 - 1)² offsets, 2 heads
         torch.Size([49, 2])
-        >>> attn(torch.randn(8, 16, 32), shifted_window_mask(8, 8, 4, 2)).shape  # 2 images
-        torch.Size([8, 16, 32])
+        >>> windows, mask = torch.randn(8, 16, 32), shifted_window_mask(8, 8, 4, 2)  # 2 images
+        >>> out, weights = attn.forward_with_weights(windows, mask)  # the teaching path
+        >>> out.shape, weights.shape, torch.allclose(attn(windows, mask), out, atol=1e-6)
+        (torch.Size([8, 16, 32]), torch.Size([8, 2, 16, 16]), True)
     """
 
     def __init__(self, dim: int, window_size: int, num_heads: int, qkv_bias: bool = True) -> None:
@@ -189,31 +194,70 @@ class WindowAttention(MultiHeadSelfAttention):
         rpb = trusted(RelativePositionBias, window_size, num_heads, 0, bound=2.0)  # as timm's
         self.relative_position_bias = rpb
 
-    def _bias(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        """The scores' additive bias: ``(1, h, N, N)``, or ``(B·nW, h, N, N)`` with a mask."""
-        bias = self.relative_position_bias().unsqueeze(0)  # (1, h, N, N)
-        if mask is None:
-            return bias
-        N = self.window_size**2
-        if mask.dtype != torch.bool or mask.dim() != 3 or mask.shape[1:] != (N, N):
-            raise ValueError(f"mask must be boolean (nW, {N}, {N}), got {mask.dtype} {mask.shape}")
-        if x.shape[0] % mask.shape[0]:
-            raise ValueError(f"{x.shape[0]} windows are no whole number of {mask.shape[0]}")
-        blocked = torch.zeros(mask.shape, dtype=bias.dtype, device=bias.device)
-        blocked = blocked.masked_fill(~mask.to(bias.device), float("-inf"))[:, None]  # (nW,1,N,N)
-        # window w of image b is row b·nW + w of x, as window_partition orders them
-        return (bias + blocked).repeat(x.shape[0] // mask.shape[0], 1, 1, 1)  # (B·nW, h, N, N)
+    def forward(
+        self, x: Tensor, attn_bias: Tensor | None = None, rope: Rope | None = None
+    ) -> Tensor:
+        """Windows ``(B·nW, N, D)`` in and out; ``attn_bias``, the mask ``(nW, N, N)``, optional."""
+        if not self.fused:
+            return self.forward_with_weights(x, attn_bias, rope)[0]
+        bias = self._bias(x, attn_bias, rope)  # (1, h, N, N) or (1, nW·h, N, N)
+        if attn_bias is None:  # (1, h, N, N) broadcasts over the windows
+            return super().forward(x, bias)
+        q, k, v = self._fold(x, bias.shape[1] // self.num_heads)  # (B, nW·h, N, d)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        del q, k, v  # freed before the projection
+        return self._unfold(out)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # type: ignore[override]
-        """Windows ``(B·nW, N, D)`` in and out; ``mask`` ``(nW, N, N)``, ``True`` = may attend."""
-        bias = self._bias(x, mask)
-        return super().forward(x, bias) if self.fused else super().forward_with_weights(x, bias)[0]
-
-    def forward_with_weights(  # type: ignore[override]
-        self, x: Tensor, mask: Tensor | None = None
+    def forward_with_weights(
+        self, x: Tensor, attn_bias: Tensor | None = None, rope: Rope | None = None
     ) -> tuple[Tensor, Tensor]:
         """:meth:`forward` on the teaching path, and the weights ``(B·nW, h, N, N)``."""
-        return super().forward_with_weights(x, self._bias(x, mask))
+        bias = self._bias(x, attn_bias, rope)
+        if attn_bias is None:
+            return super().forward_with_weights(x, bias)
+        q, k, v = self._fold(x, bias.shape[1] // self.num_heads)
+        weights = attention_weights(q, k, bias)  # (B, nW·h, N, N)
+        out = self._unfold(self.attn_dropout(weights) @ v)
+        return out, weights.view(x.shape[0], self.num_heads, *weights.shape[2:])
+
+    def _bias(self, x: Tensor, attn_bias: Tensor | None, rope: Rope | None) -> Tensor:
+        """The scores' additive bias: ``(1, h, N, N)``, or ``(1, nW·h, N, N)`` with a mask."""
+        N = self.window_size**2
+        if rope is not None:
+            raise ValueError(f"WindowAttention takes no rope (its relative bias), got {rope!r}")
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[1:] != (N, self.dim):
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"expected windows (B·nW, {N}, {self.dim}), got {got}")
+        bias = self.relative_position_bias()  # (h, N, N)
+        if attn_bias is None:
+            return bias[None]
+        mask, kind = attn_bias, getattr(attn_bias, "dtype", None)
+        if not isinstance(mask, Tensor) or not (kind == torch.bool or kind.is_floating_point):
+            got = kind if isinstance(mask, Tensor) else type(mask).__name__
+            raise TypeError(f"attn_bias must be bool (True = may attend) or float, got {got}")
+        nW = mask.shape[0] if mask.dim() == 3 and mask.shape[1:] == (N, N) else 0
+        if not nW or x.shape[0] % nW:
+            raise ValueError(
+                f"attn_bias must be a mask (nW, {N}, {N}), nW dividing the {x.shape[0]} windows "
+                f"(B·nW) of x, got {tuple(mask.shape)}"
+            )
+        mask = mask.to(bias.device)[:, None]  # (nW, 1, N, N)
+        bias = torch.where(mask, bias, float("-inf")) if mask.dtype == torch.bool else bias + mask
+        return bias.flatten(0, 1)[None]  # (nW, h, N, N) -> (1, nW·h, N, N)
+
+    def _fold(self, x: Tensor, nW: int) -> list[Tensor]:
+        """q, k, v ``(B, nW·h, N, d)`` of windows ``(B·nW, N, D)``: projected one at a time from
+        ``(B, N, nW, D)``, window and head lie adjacent (in one ``qkv`` output, 3 parts apart)."""
+        hW, d = nW * self.num_heads, self.head_dim
+        x = x.unflatten(0, (x.shape[0] // nW, nW)).transpose(1, 2).contiguous()  # (B, N, nW, D)
+        biases = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.chunk(3)
+        heads = [F.linear(x, w, b) for w, b in zip(self.qkv.weight.chunk(3), biases)]
+        return [t.view(*t.shape[:2], hW, d).transpose(1, 2) for t in heads]  # (B, nW·h, N, d)
+
+    def _unfold(self, out: Tensor) -> Tensor:
+        """Merge the heads of ``(B, nW·h, N, d)`` and project: windows ``(B·nW, N, D)``."""
+        out = out.transpose(1, 2).unflatten(2, (-1, self.num_heads)).flatten(3)  # (B, N, nW, D)
+        return self.proj_dropout(self.proj(out)).transpose(1, 2).flatten(0, 1)  # (B·nW, N, D)
 
 
 def _check_grid(x: Tensor, dim: int) -> None:
@@ -280,17 +324,48 @@ class SwinBlock(nn.Module):
         x = x + self.drop_path1(self._attend(self.norm1(x)))
         return x + self.drop_path2(self.mlp(self.norm2(x)))
 
+    def forward_with_weights(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` on the teaching path, and the weights of every token on the grid.
+
+        Returns:
+            ``(out, maps)``: ``out`` ``(B, H, W, C)`` as :meth:`forward`'s; ``maps`` dense ``(B,
+            h, H·W, H·W)``, tokens in row-major order of the grid (rows queries, columns keys),
+            zero outside a token's (shifted) window, the shift undone, the padding's rows and
+            columns dropped: a row sums to less than 1 where its window held padding.
+        """
+        _check_grid(x, self.dim)
+        out, weights = self.attn.forward_with_weights(*self._windows(self.norm1(x)))
+        x = x + self.drop_path1(self._grid(out, x.shape))
+        return x + self.drop_path2(self.mlp(self.norm2(x))), self._maps(weights, x.shape)
+
     def _attend(self, x: Tensor) -> Tensor:
         """(S)W-MSA on a grid ``(B, H, W, C)``."""
+        return self._grid(self.attn(*self._windows(x)), x.shape)
+
+    def _windows(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Pad, roll and partition a grid ``(B, H, W, C)``: the windows and the shift's mask."""
         (H, W), M = x.shape[1:3], self.window_size
         x = F.pad(x, (0, 0, 0, -W % M, 0, -H % M))  # (B, Hp, Wp, C): zeros right and below
-        Hp, Wp = x.shape[1:3]
         sh, sw = self.shifts(H, W)
-        mask = shifted_window_mask(Hp, Wp, M, (sh, sw)) if sh or sw else None  # (nW, M², M²)
+        mask = shifted_window_mask(*x.shape[1:3], M, (sh, sw)) if sh or sw else None
         x = torch.roll(x, (-sh, -sw), dims=(1, 2))  # the first rows and columns wrap around
-        windows = self.attn(window_partition(x, M), mask)  # (B·nW, M², C)
-        x = torch.roll(window_reverse(windows, M, Hp, Wp), (sh, sw), dims=(1, 2))  # undo it
-        return x[:, :H, :W]  # (B, H, W, C)
+        return window_partition(x, M), mask  # (B·nW, M², C), (nW, M², M²) or None
+
+    def _grid(self, windows: Tensor, shape: torch.Size) -> Tensor:
+        """Reverse, roll back, crop: windows to the grid ``shape`` ``(B, H, W, C)``."""
+        (H, W), M = shape[1:3], self.window_size
+        x = window_reverse(windows, M, -(-H // M) * M, -(-W // M) * M)  # (B, Hp, Wp, C)
+        return torch.roll(x, self.shifts(H, W), dims=(1, 2))[:, :H, :W]
+
+    def _maps(self, weights: Tensor, shape: torch.Size) -> Tensor:
+        """Weights ``(B·nW, h, M², M²)`` on the grid ``shape``: ``(B, h, H·W, H·W)``."""
+        B, H, W, _ = shape
+        token = torch.arange(1, H * W + 1, device=weights.device).view(1, H, W, 1)  # 0: padding
+        token = self._windows(token)[0][..., 0]  # (nW, M²): each window's tokens, as the grid's
+        maps = weights.new_zeros(B, weights.shape[1], H * W + 1, H * W + 1)
+        by_image = weights.unflatten(0, (B, len(token))).transpose(1, 2)  # (B, h, nW, M², M²)
+        maps[:, :, token[:, :, None], token[:, None, :]] = by_image
+        return maps[:, :, 1:, 1:]  # the padding's row and column dropped
 
 
 class PatchMerging(nn.Module):
