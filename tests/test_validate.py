@@ -203,3 +203,14 @@ def test_check_int_takes_numpy_integers_as_plain_ints(value):
 def test_check_real_takes_numpy_numbers_as_plain_floats(value):
     checked = check_real("dropout", value, 0.0, 1.0)
     assert checked == float(value) and type(checked) is float
+
+
+def test_build_preset_builds_the_named_preset_overridden_or_lists_the_presets():
+    presets = {"small": ViTConfig(**SMALL)}
+    model = validate.build_preset(presets, VisionTransformer, "small", depth=1)
+    assert type(model) is VisionTransformer and model.config.depth == 1
+    assert model.config.dim == SMALL["dim"] and presets["small"].depth == SMALL["depth"]
+    with pytest.raises(ValueError, match=r"^unknown preset 'big'; valid presets: \['small'\]$"):
+        validate.build_preset(presets, VisionTransformer, "big")
+    with pytest.raises(TypeError, match=r"unknown ViTConfig fields \['window'\]"):
+        validate.build_preset(presets, VisionTransformer, "small", window=7)

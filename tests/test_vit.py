@@ -129,7 +129,7 @@ def test_config_and_fields_combine():
         ({"pool": "max"}, r"pool must be one of \('cls', 'mean'\), got 'max'"),
         ({"pos_embed": "rope"}, r"pos_embed must be one of .*'sincos2d'.*got 'rope'"),
         ({"stem": "resnet"}, r"stem must be one of \('patch', 'conv'\), got 'resnet'"),
-        ({"num_classes": 0}, "num_classes must be at least 1, got 0"),
+        ({"num_classes": -1}, "num_classes must be at least 0, got -1"),
         ({"depth": 0}, "depth must be at least 1, got 0"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"drop_path": -0.1}, r"drop_path must be in \[0, 1\), got -0.1"),

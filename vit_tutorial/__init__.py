@@ -28,6 +28,7 @@ from vit_tutorial.positional import (
     sinusoidal_1d,
     sinusoidal_2d,
 )
+from vit_tutorial.registry import create_model, list_models
 from vit_tutorial.swin import SWIN_PRESETS, SwinConfig, SwinTransformer, create_swin, swin_flops
 from vit_tutorial.swin_interop import swin_from_timm, swin_from_torchvision
 from vit_tutorial.vit import (

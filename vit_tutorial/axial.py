@@ -16,11 +16,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import torch  # noqa: F401  (the doctests use it)
+import torch
 from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
+from vit_tutorial.backbone import Backbone, Indices, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, grid_coordinates, pair
 from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
@@ -32,7 +33,9 @@ __all__ = [
     "AxialEncoderBlock",
     "AxialViTConfig",
     "AxialViT",
+    "AXIAL_PRESETS",
     "axial_mask",
+    "on_grid",
     "along_axis",
     "attention_flops",
 ]
@@ -160,6 +163,15 @@ class AxialEncoderBlock(nn.Module):
         x = x + self.drop_path2(self.attn_width(self.norm2(x)))
         return x + self.drop_path3(self.mlp(self.norm3(x)))
 
+    def forward_with_weights(self, x: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """:meth:`forward` on the explicit path, and the weights of its two layers: per column
+        ``(B, Gw, h, Gh, Gh)``, per row ``(B, Gh, h, Gw, Gw)`` (:class:`AxialAttention`)."""
+        a, columns = self.attn_height.forward_with_weights(self.norm1(x))
+        x = x + self.drop_path1(a)
+        a, rows = self.attn_width.forward_with_weights(self.norm2(x))
+        x = x + self.drop_path2(a)
+        return x + self.drop_path3(self.mlp(self.norm3(x))), (columns, rows)
+
 
 @dataclasses.dataclass
 class AxialViTConfig(TransformerConfig):
@@ -168,7 +180,7 @@ class AxialViTConfig(TransformerConfig):
     ``pos_embed`` ``'learned'`` or ``'sincos2d'`` (fixed); no ``pool``: it averages the tokens."""
 
 
-class AxialViT(nn.Module):
+class AxialViT(Backbone, nn.Module):
     """A Vision Transformer whose blocks are :class:`AxialEncoderBlock` s.
 
     Patches plus position, as a grid ``(B, Gh, Gw, D)``, pass ``depth`` blocks; their mean over the
@@ -200,25 +212,98 @@ class AxialViT(nn.Module):
         self.pos_drop = nn.Dropout(c.dropout)
         rates = c.drop_path_rates()
         self.blocks = nn.ModuleList(trusted(AxialEncoderBlock, c.block, r) for r in rates)
+        self.num_features = c.dim
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
-        self.head = nn.Linear(c.dim, c.num_classes)
+        self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)
-        nn.init.zeros_(self.head.weight)
+        if c.num_classes:
+            nn.init.zeros_(self.head.weight)
+
+    def _grid(self, images: Tensor) -> Tensor:
+        """Patches plus position, as a grid ``(B, Gh, Gw, D)``."""
+        x = self.pos_embed(self.patch_embed(images))  # (B, N, D); checks the images
+        return rearrange(self.pos_drop(x), "b (gh gw) d -> b gh gw d", gh=self.grid_size[0])
 
     def forward_features(self, images: Tensor) -> Tensor:
         """The grid of tokens ``(B, Gh, Gw, D)`` after the last block."""
-        x = self.pos_embed(self.patch_embed(images))  # (B, N, D); checks the images
-        x = rearrange(self.pos_drop(x), "b (gh gw) d -> b gh gw d", gh=self.grid_size[0])
+        x = self._grid(images)
         for block in self.blocks:
             x = block(x)  # (B, Gh, Gw, D)
         return x
 
+    def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
+        """The grid's mean ``(B, D)``, normalised (``pre_logits``: stop here), through the head."""
+        pooled = self.fc_norm(features.mean(dim=(1, 2)))
+        return pooled if pre_logits else self.head(pooled)
+
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(B, num_classes)`` for images ``(B, C, H, W)``."""
-        pooled = self.forward_features(images).mean(dim=(1, 2))  # (B, D)
-        return self.head(self.fc_norm(pooled))
+        return self.forward_head(self.forward_features(images))
 
     no_weight_decay = VisionTransformer.no_weight_decay  # the position table (no class token)
+
+    def _start(self, images: Tensor) -> tuple[Tensor, nn.ModuleList]:
+        return self._grid(images), self.blocks
+
+    def _normed(self, i: int, x: Tensor) -> Tensor:
+        return x  # the LayerNorm follows the pooling, as a mean-pooled ViT's
+
+    _end = _normed
+
+    def _format(self, x: Tensor, output_fmt: str, images: Tensor) -> Tensor:
+        return to_format(x, output_fmt)
+
+    def attention_maps(self, images: Tensor) -> list[Tensor]:
+        """The weights of every attention layer on the flattened grid, ``(B, h, N, N)`` each
+        (tokens row-major, zero where :func:`axial_mask` is ``False``): per block its height
+        (column) layer, then its width (row) layer, ``2 · depth`` in all."""
+        x, maps = self._grid(images), []
+        for block in self.blocks:
+            x, (columns, rows) = block.forward_with_weights(x)
+            maps += [on_grid(columns, "height"), on_grid(rows, "width")]
+        return maps
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the blocks after the last of ``indices`` (with ``prune_head``, the pooled
+        features' LayerNorm and the head), as a mean-pooled ViT's; ``prune_norm``: no norm."""
+        taken, last = take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: last + 1]
+        if prune_head:
+            self.fc_norm = nn.Identity()
+            self.reset_classifier(0)
+        return taken
+
+    reset_classifier = VisionTransformer.reset_classifier  # a zero head, or none for 0
+
+
+#: The ViT sizes of :data:`~vit_tutorial.vit.PRESETS` with axial blocks, at 224×224 and 1000
+#: classes. timm has no axial model: the names follow its pattern (``vit_tiny_patch16_224``).
+AXIAL_PRESETS: dict[str, AxialViTConfig] = {
+    "axial_vit_tiny_patch16_224": AxialViTConfig(dim=192, depth=12, num_heads=3),
+    "axial_vit_small_patch16_224": AxialViTConfig(dim=384, depth=12, num_heads=6),
+    "axial_vit_base_patch16_224": AxialViTConfig(dim=768, depth=12, num_heads=12),
+}
+
+
+def on_grid(weights: Tensor, axis: str) -> Tensor:
+    """Axial weights, per column ``(B, Gw, h, Gh, Gh)`` (``axis='height'``) or per row
+    ``(B, Gh, h, Gw, Gw)`` (``'width'``), as one map ``(B, h, N, N)`` over the flattened grid.
+
+    Example:
+        >>> on_grid(torch.full((1, 3, 1, 2, 2), 0.5), "height")[0, 0, 0]  # 2×3 grid
+        tensor([0.5000, 0.0000, 0.0000, 0.5000, 0.0000, 0.0000])
+    """
+    _check_axis(axis)
+    lines, length = weights.shape[1], weights.shape[-1]
+    eye = torch.eye(lines, dtype=weights.dtype, device=weights.device)
+    if axis == "height":  # query (r, c) and key (s, c): weights[b, c, h, r, s]
+        dense = torch.einsum("bchrs,cd->bhrcsd", weights, eye)
+    else:  # query (r, c) and key (r, d): weights[b, r, h, c, d]
+        dense = torch.einsum("brhcd,rs->bhrcsd", weights, eye)
+    n = lines * length
+    return dense.reshape(weights.shape[0], weights.shape[2], n, n)
 
 
 def axial_mask(grid_size: IntOrPair, axis: str) -> Tensor:

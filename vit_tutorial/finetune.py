@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import DataSplits
@@ -217,11 +216,7 @@ def replace_head(model: VisionTransformer, num_classes: int) -> VisionTransforme
             "replace_head does not handle distilled models (config.distilled=True): their "
             "second head trains against a teacher; fine-tune a model without a distillation token"
         )
-    weight = model.head.weight
-    model.head = nn.Linear(model.config.dim, num_classes, device=weight.device).to(weight.dtype)
-    nn.init.zeros_(model.head.weight)
-    nn.init.zeros_(model.head.bias)
-    model.config = dataclasses.replace(model.config, num_classes=num_classes)
+    model.reset_classifier(num_classes)
     return model
 
 

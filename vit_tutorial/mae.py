@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.backbone import Backbone, to_format
 from vit_tutorial.encoder import Encoder
 from vit_tutorial.losses import masked_patch_loss
 from vit_tutorial.patches import PatchEmbedding, image_to_patches, patches_to_image
@@ -111,7 +112,7 @@ def _check_pos_embed(value: object) -> None:
         raise ValueError(f"pos_embed must be 'learned' or 'sincos2d' to fine-tune, got {value!r}")
 
 
-class MaskedAutoencoder(nn.Module):
+class MaskedAutoencoder(Backbone, nn.Module):
     """A ViT encoder that sees a quarter of the patches, and a light decoder that paints in the
     rest (He et al. 2022, Section 3), initialised as MAE's ``models_mae.py``
     (``initialize_weights``): Xavier-uniform Linear weights (and the patch projection, viewed as
@@ -203,6 +204,23 @@ class MaskedAutoencoder(nn.Module):
         tokens = self.patch_embed(images) + self.pos_table  # (B, N, D), checks the images
         visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
         return self.norm(self.encoder(visible)), mask, ids_restore
+
+    def _start(self, images: Tensor) -> tuple[Tensor, nn.ModuleList]:
+        """The encoder's input on the whole image, unmasked, for ``forward_intermediates``."""
+        return self.patch_embed(images) + self.pos_table, self.encoder.blocks  # checks images
+
+    def _normed(self, i: int, x: Tensor) -> Tensor:
+        return self.norm(x)  # pre-training's final LayerNorm, which to_vit drops
+
+    _end = _normed
+
+    def _format(self, x: Tensor, output_fmt: str, images: Tensor) -> Tensor:
+        return to_format(x, output_fmt, self.patch_embed.grid_size)
+
+    def no_weight_decay(self) -> set[str]:
+        """None named: MAE's pre-training decays all but biases and norms (``main_pretrain.py``,
+        ``add_weight_decay``), its mask token too; the position tables are fixed buffers."""
+        return set()
 
     def forward_decoder(self, latent: Tensor, ids_restore: Tensor) -> Tensor:
         """Predict every patch's pixels ``(B, N, P·P·C)`` from the encoded visible tokens."""

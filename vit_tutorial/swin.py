@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.backbone import Backbone, Indices, new_head, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, pair, patch_grid
-from vit_tutorial.validate import check_int, check_real, trusted
+from vit_tutorial.validate import ModelConfig, build_preset, check_int, check_real, trusted
 from vit_tutorial.windows import PatchMerging, SwinBlock
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class SwinConfig:
+class SwinConfig(ModelConfig):
     """Every choice that defines a :class:`SwinTransformer` (defaults: Swin-T at 224×224).
 
     Attributes:
@@ -70,8 +71,8 @@ class SwinConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("in_channels", "num_classes", "dim"):
-            check_int(name, getattr(self, name))
+        check_int("in_channels", self.in_channels), check_int("dim", self.dim)
+        check_int("num_classes", self.num_classes, 0)  # 0: no head, as timm's num_classes=0
         per_stage = ["depths", "num_heads"]
         if isinstance(self.window_size, (tuple, list)):
             per_stage.append("window_size")  # one M per stage
@@ -82,19 +83,16 @@ class SwinConfig:
             if not isinstance(value, (tuple, list)) or not value:
                 raise TypeError(f"{name} must be a tuple with one int per stage, got {value!r}")
             setattr(self, name, tuple(check_int(f"{name}[{s}]", v) for s, v in enumerate(value)))
-        for name in ("num_heads", "window_size"):
-            value = getattr(self, name)
-            if isinstance(value, tuple) and len(value) != len(self.depths):
+            if len(value) != len(self.depths):
                 raise ValueError(f"depths {self.depths} and {name} {value} differ in length")
-        for stage in range(len(self.depths)):
-            self.block_options(stage)  # checks each stage's width, heads, mlp_ratio, ...
         check_real("drop_path", self.drop_path, 0.0, 1.0, high_open=True)
         patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
-
-    def block_options(self, stage: int) -> BlockOptions:
-        """The :class:`~vit_tutorial.encoder.BlockOptions` of the blocks of ``stage`` (0-based)."""
-        o = self.dim * 2**stage, self.num_heads[stage], self.mlp_ratio, self.qkv_bias
-        return BlockOptions(*o, norm_eps=self.norm_eps)
+        #: Not a field: each stage's BlockOptions (width dim·2^s, its heads, mlp_ratio, ...),
+        #: checked here and nowhere else; the stages build their layers from them.
+        self.stage_options = tuple(
+            BlockOptions(self.dim * 2**s, h, self.mlp_ratio, self.qkv_bias, norm_eps=self.norm_eps)
+            for s, h in enumerate(self.num_heads)
+        )
 
     def stage_window(self, stage: int) -> int:
         """The window M of the blocks of ``stage`` (0-based)."""
@@ -115,7 +113,7 @@ class SwinStage(nn.Module):
 
     def __init__(self, config: SwinConfig, stage: int, rates: list[float]) -> None:
         super().__init__()
-        o, M = config.block_options(stage), config.stage_window(stage)
+        o, M = config.stage_options[stage], config.stage_window(stage)
         self.downsample = trusted(PatchMerging, o.dim // 2, o.norm_eps) if stage else None
         shifts = [(i % 2) * (M // 2) for i in range(len(rates))]
         blocks = [trusted(SwinBlock, o, M, s, p) for s, p in zip(shifts, rates, strict=True)]
@@ -128,8 +126,18 @@ class SwinStage(nn.Module):
             x = block(x)
         return x
 
+    def forward_with_weights(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`forward` on the explicit path, and each block's attention on the stage's grid
+        ``h × w``, ``(B, h_heads, h·w, h·w)`` (:meth:`SwinBlock.forward_with_weights
+        <vit_tutorial.windows.SwinBlock.forward_with_weights>`)."""
+        x, maps = x if self.downsample is None else self.downsample(x), []
+        for block in self.blocks:
+            x, weights = block.forward_with_weights(x)
+            maps.append(weights)
+        return x, maps
 
-class SwinTransformer(nn.Module):
+
+class SwinTransformer(Backbone, nn.Module):
     """Swin Transformer (Liu et al. 2021), built from a :class:`SwinConfig` and/or its fields.
 
     Parameter names follow timm's where the parts agree (``patch_embed.proj``, ``downsample``,
@@ -146,35 +154,84 @@ class SwinTransformer(nn.Module):
 
     def __init__(self, config: SwinConfig | None = None, **fields: Any) -> None:
         super().__init__()
-        if config is not None and not isinstance(config, SwinConfig):
-            raise TypeError(f"config must be a SwinConfig or None, got {type(config).__name__}")
-        c = SwinConfig(**fields) if config is None else dataclasses.replace(config, **fields)
-        self.config = c
+        self.config = c = SwinConfig.resolve(config, **fields)
         self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         self.patch_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         rates = torch.linspace(0, c.drop_path, sum(c.depths), device="cpu").split(c.depths)
         self.stages = nn.ModuleList(SwinStage(c, s, r.tolist()) for s, r in enumerate(rates))
-        width = c.block_options(len(c.depths) - 1).dim  # dim · 2^(S-1)
+        self.num_features = width = c.stage_options[-1].dim  # dim · 2^(S-1), as timm's
         self.norm = nn.LayerNorm(width, eps=c.norm_eps)
-        self.head = nn.Linear(width, c.num_classes)
+        self.head = nn.Linear(width, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)
+
+    def _embed(self, images: Tensor) -> Tensor:
+        """Images ``(B, C, H, W)`` to the normalised patch grid ``(B, Gh, Gw, D)``."""
+        x = self.patch_embed(images)  # (B, Gh·Gw, D); checks the images' size and channels
+        return self.patch_norm(x.view(x.shape[0], *self.patch_embed.grid_size, -1))
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Images ``(B, C, H, W)`` to the last stage's normalised grid ``(B, h, w, D·2^(S-1))``."""
-        x = self.patch_embed(images)  # (B, Gh·Gw, D); checks the images' size and channels
-        x = self.patch_norm(x.view(x.shape[0], *self.patch_embed.grid_size, -1))  # (B, Gh, Gw, D)
+        x = self._embed(images)
         for stage in self.stages:
             x = stage(x)
         return self.norm(x)
 
+    def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
+        """The mean of the grid ``(B, h, w, C)`` through the head; ``pre_logits``: the mean."""
+        pooled = features.mean(dim=(1, 2))  # (B, C)
+        return pooled if pre_logits else self.head(pooled)
+
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(B, num_classes)``: the mean of the last grid, through the head."""
-        return self.head(self.forward_features(images).mean(dim=(1, 2)))
+        return self.forward_head(self.forward_features(images))
+
+    def attention_maps(self, images: Tensor) -> list[Tensor]:
+        """Every block's attention weights, its windows placed back on its stage's grid: a
+        ``(B, h, N_s, N_s)`` per block, ``N_s`` the tokens of stage ``s``, row-major; zero
+        between tokens that share no window (with the shift undone and the padding dropped)."""
+        x, maps = self._embed(images), []
+        for stage in self.stages:
+            x, weights = stage.forward_with_weights(x)
+            maps += weights
+        return maps
 
     def no_weight_decay(self) -> set[str]:
         """The parameters exempt from weight decay besides biases and norms: the relative position
         bias tables, as in timm's ``no_weight_decay`` and the official ``optimizer.py``."""
         return {n for n, _ in self.named_parameters() if n.endswith("relative_position_bias.table")}
+
+    def _start(self, images: Tensor) -> tuple[Tensor, nn.ModuleList]:
+        return self._embed(images), self.stages
+
+    def _normed(self, i: int, x: Tensor) -> Tensor:
+        return self.norm(x) if i == len(self.stages) - 1 else x  # the norm is sized for it
+
+    _end = _normed
+
+    def _format(self, x: Tensor, output_fmt: str, images: Tensor) -> Tensor:
+        return to_format(x, output_fmt)  # timm's Swin has 'NCHW' alone
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the stages after the last of ``indices``, as timm's: with them the final norm
+        and the head, sized for the last stage (``num_features`` becomes the last kept stage's
+        width). Returns the stages ``indices`` selects."""
+        taken, last = take_indices(len(self.stages), indices)
+        cut = last < len(self.stages) - 1
+        self.stages = self.stages[: last + 1]
+        if prune_norm or cut:
+            self.norm = nn.Identity()
+        if cut:
+            self.num_features = self.config.stage_options[last].dim
+        if prune_head or cut:
+            self.reset_classifier(0)
+        return taken
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new head for ``num_classes`` (0: none), drawn as the model's Linear layers."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)  # checks it
+        self.head = new_head(self.num_features, num_classes, self, zero=False)
 
 
 #: Swin-T, S and B of the paper's Section 3.3 (drop path 0.2, 0.3 and 0.5: torchvision's
@@ -203,9 +260,7 @@ def create_swin(name: str, **overrides: Any) -> SwinTransformer:
         >>> create_swin("swin_fashion").config.stage_grids()
         [(14, 14), (7, 7), (4, 4)]
     """
-    if name not in SWIN_PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {sorted(SWIN_PRESETS)}")
-    return SwinTransformer(SWIN_PRESETS[name], **overrides)
+    return build_preset(SWIN_PRESETS, SwinTransformer, name, **overrides)
 
 
 def swin_flops(config: SwinConfig) -> int:

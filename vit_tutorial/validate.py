@@ -7,11 +7,13 @@ where the reader hands it in; layers built from a validated config use :func:`tr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["check_int", "check_real", "check_bool", "trusted"]
+__all__ = ["check_int", "check_real", "check_bool", "trusted", "ModelConfig", "build_preset"]
 
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
@@ -80,3 +82,34 @@ def trusted(cls: type, *args: Any, **kwargs: Any) -> Any:
     instance = cls.__new__(cls)
     instance._build(*args, **kwargs)
     return instance
+
+
+class ModelConfig:
+    """The base of every model family's config dataclass (``ViTConfig``, ``SwinConfig`` ...):
+    one way to build a config from another and keywords, and one error for an unknown field."""
+
+    @classmethod
+    def resolve(cls, config: ModelConfig | None = None, **fields: Any) -> Any:
+        """``config`` (default: the defaults) with ``fields`` replaced, validated once."""
+        name = cls.__name__
+        if config is not None and not isinstance(config, cls):
+            hint = f"; rebuild it: {name}(**config)" if isinstance(config, dict) else ""
+            raise TypeError(f"config must be a {name} or None, got {type(config).__name__}{hint}")
+        valid = [f.name for f in dataclasses.fields(cls)]
+        if unknown := sorted(set(fields) - set(valid)):
+            raise TypeError(f"unknown {name} fields {unknown}; valid fields: {valid}")
+        return cls(**fields) if config is None else dataclasses.replace(config, **fields)
+
+
+_Model = TypeVar("_Model")
+
+
+def build_preset(
+    presets: Mapping[str, ModelConfig], model: Callable[..., _Model], name: str, /, **overrides: Any
+) -> _Model:
+    """``model(presets[name], **overrides)``: how every family builds a preset by name (its
+    ``create_*`` function, :func:`~vit_tutorial.registry.create_model`); an unknown ``name`` is a
+    ``ValueError`` listing ``presets``, an unknown override the config's ``TypeError``."""
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {sorted(presets)}")
+    return model(presets[name], **overrides)

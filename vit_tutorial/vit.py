@@ -15,11 +15,13 @@ pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches, T tokens (N + 1 with a cl
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.backbone import Backbone, Indices, new_head, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, Encoder, init_weights
 from vit_tutorial.patches import ConvStem, IntOrPair, PatchEmbedding, pair, patch_grid
 from vit_tutorial.positional import (
@@ -27,7 +29,14 @@ from vit_tutorial.positional import (
     RelativePositionBias,
     SinusoidalEmbedding2D,
 )
-from vit_tutorial.validate import check_bool, check_int, check_real, trusted
+from vit_tutorial.validate import (
+    ModelConfig,
+    build_preset,
+    check_bool,
+    check_int,
+    check_real,
+    trusted,
+)
 
 __all__ = [
     "TransformerConfig",
@@ -41,7 +50,7 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     """The fields every ViT-like model of the package shares, validated once, here.
 
     ``dataclasses.asdict(config)`` is a plain dict for a checkpoint; ``type(config)(**that_dict)``
@@ -75,8 +84,8 @@ class TransformerConfig:
     norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        for name in ("in_channels", "num_classes", "depth"):
-            check_int(name, getattr(self, name))
+        check_int("in_channels", self.in_channels), check_int("depth", self.depth)
+        check_int("num_classes", self.num_classes, 0)  # 0: no head, as timm's num_classes=0
         check_real("drop_path", self.drop_path, 0.0, 1.0, high_open=True)
         fields = [getattr(self, f.name) for f in dataclasses.fields(BlockOptions)]
         self.block = BlockOptions(*fields)  # checks dim, num_heads, mlp_ratio, ...
@@ -87,18 +96,6 @@ class TransformerConfig:
     def drop_path_rates(self) -> list[float]:
         """Each block's stochastic-depth rate, as :func:`~vit_tutorial.encoder.drop_path_rates`."""
         return torch.linspace(0, self.drop_path, self.depth, device="cpu").tolist()
-
-    @classmethod
-    def resolve(cls, config: TransformerConfig | None = None, **fields: Any):
-        """``config`` (default: the defaults) with ``fields`` replaced, validated."""
-        name = cls.__name__
-        if config is not None and not isinstance(config, cls):
-            hint = f"; rebuild it: {name}(**config)" if isinstance(config, dict) else ""
-            raise TypeError(f"config must be a {name} or None, got {type(config).__name__}{hint}")
-        valid = [f.name for f in dataclasses.fields(cls)]
-        if unknown := sorted(set(fields) - set(valid)):
-            raise TypeError(f"unknown {name} fields {unknown}; valid fields: {valid}")
-        return cls(**fields) if config is None else dataclasses.replace(config, **fields)
 
 
 @dataclasses.dataclass
@@ -150,7 +147,7 @@ class ViTConfig(TransformerConfig):
         return self.pool == "cls"
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(Backbone, nn.Module):
     """The Vision Transformer of Dosovitskiy et al. (2021), built from a :class:`ViTConfig`.
 
     Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`, also for the
@@ -198,10 +195,12 @@ class VisionTransformer(nn.Module):
         # timm's placement: LayerNorm on the tokens for 'cls', on the pooled vector for 'mean'.
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
         self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
-        self.head = nn.Linear(c.dim, c.num_classes)
-        self.head_dist = nn.Linear(c.dim, c.num_classes) if c.distilled else None
+        self.num_features = c.dim  # the width forward_head takes, as timm's attribute
+        head = (lambda: nn.Linear(c.dim, c.num_classes)) if c.num_classes else nn.Identity
+        self.head, self.head_dist = head(), head() if c.distilled else None
         self.apply(init_weights)
-        nn.init.zeros_(self.head.weight)  # zero head, as in the paper and torchvision
+        if c.num_classes:
+            nn.init.zeros_(self.head.weight)  # zero head, as in the paper and torchvision
         for token in (self.cls_token, self.dist_token):
             if token is not None:
                 nn.init.trunc_normal_(token, std=0.02, a=-0.04, b=0.04)
@@ -225,16 +224,21 @@ class VisionTransformer(nn.Module):
         x, biases = self._tokens(images)
         return self.norm(self.encoder(x, biases))
 
-    def forward_head(self, tokens: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify.
+    def forward_head(
+        self, tokens: Tensor, pre_logits: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify;
+        ``pre_logits=True`` stops before the head: the pooled features ``(B, D)``.
 
         With a distillation token: ``(class logits, distillation logits)`` in training, their
-        mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs)."""
-        pooled = tokens[:, 0] if self.config.class_token else tokens.mean(dim=1)  # (B, D)
-        logits = self.head(self.fc_norm(pooled))
+        mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs);
+        its pre-logits are the mean of the two tokens, as timm's ``VisionTransformerDistilled``."""
+        pooled = self.fc_norm(tokens[:, 0] if self.config.class_token else tokens.mean(dim=1))
         if self.head_dist is None:
-            return logits
-        distill_logits = self.head_dist(tokens[:, 1])  # the distillation token's output
+            return pooled if pre_logits else self.head(pooled)
+        if pre_logits:
+            return (pooled + tokens[:, 1]) / 2
+        logits, distill_logits = self.head(pooled), self.head_dist(tokens[:, 1])
         return (logits, distill_logits) if self.training else (logits + distill_logits) / 2
 
     def forward(self, images: Tensor) -> Tensor | tuple[Tensor, Tensor]:
@@ -250,6 +254,63 @@ class VisionTransformer(nn.Module):
         """Names of the parameters exempt from weight decay: prefix tokens, position tables."""
         exempt = ("cls_token", "dist_token", "pos_embed.")
         return {name for name, _ in self.named_parameters() if name.startswith(exempt)}
+
+    def _start(self, images: Tensor) -> tuple[Tensor, list]:
+        x, biases = self._tokens(images)
+        biases = biases or [None] * len(self.encoder.blocks)
+        return x, [partial(block, attn_bias=b) for block, b in zip(self.encoder.blocks, biases)]
+
+    def _normed(self, i: int, x: Tensor) -> Tensor:
+        return self.norm(x)
+
+    _end = _normed
+
+    def _format(self, x: Tensor, output_fmt: str, images: Tensor) -> Tensor:
+        grid = self.patch_embed.grid_size_for(images.shape[-2:])
+        return to_format(x[:, self.num_prefix_tokens :], output_fmt, grid)
+
+    def forward_intermediates(
+        self,
+        images: Tensor,
+        indices: Indices = None,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list | tuple[Tensor, list]:
+        """:meth:`Backbone.forward_intermediates <vit_tutorial.backbone.Backbone.forward_intermediates>`,
+        and, with ``return_prefix_tokens``, each intermediate as ``(grid, prefix tokens (B, p,
+        D))``, as timm's ViT."""
+        final, kept = self._intermediates(images, indices, norm, stop_early)
+        features = [self._format(y, output_fmt, images) for y in kept]
+        if return_prefix_tokens and (p := self.num_prefix_tokens):
+            features = [(f, y[:, :p]) for f, y in zip(features, kept, strict=True)]
+        return features if intermediates_only else (final, features)
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the blocks after the last of ``indices`` (and the final norm, the head), as
+        timm's; returns the blocks ``indices`` selects. The config keeps the built ``depth``."""
+        taken, last = take_indices(len(self.encoder.blocks), indices)
+        self.encoder.blocks = self.encoder.blocks[: last + 1]
+        if self.config.pos_embed == "relative":
+            self.pos_embed = self.pos_embed[: last + 1]  # one table per block
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.fc_norm = nn.Identity()
+            self.reset_classifier(0)
+        return taken
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new zero head (two with a distillation token) for ``num_classes`` (0: none, the
+        pooled features come out), as timm's ``reset_classifier``; ``config`` follows."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)  # checks it
+        self.head = new_head(self.num_features, num_classes, self, zero=True)
+        if getattr(self, "head_dist", None) is not None:
+            self.head_dist = new_head(self.num_features, num_classes, self, zero=False)
 
 
 #: The models of the ViT paper's Table 1 and DeiT's tiny and small, at 224×224 and 1000 classes.
@@ -271,9 +332,7 @@ def create_vit(name: str, **overrides: Any) -> VisionTransformer:
         >>> model.config.dim, model.config.num_classes
         (192, 10)
     """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {sorted(PRESETS)}")
-    return VisionTransformer(PRESETS[name], **overrides)
+    return build_preset(PRESETS, VisionTransformer, name, **overrides)
 
 
 def vit_flops(config: ViTConfig) -> int:
@@ -308,7 +367,8 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
 
     Args:
         maps: the blocks' attention weights ``(B, h, T, T)``, from
-            :meth:`VisionTransformer.attention_maps`.
+            :meth:`VisionTransformer.attention_maps` (or an axial ViT's, one per layer; not
+            Swin's, whose stages see different tokens: ``ValueError``).
         residual: weight of the identity, in ``[0, 1]``.
 
     Example:
@@ -317,6 +377,12 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
     """
     if not maps:
         raise ValueError("attention_rollout needs the maps of at least one block")
+    if len(tokens := {a.shape[-1] for a in maps}) > 1:
+        raise ValueError(
+            f"attention rollout multiplies the blocks' maps, so they must be over the same "
+            f"tokens; got maps over {sorted(tokens, reverse=True)} tokens (Swin merges tokens "
+            f"between stages: a token of one stage is four of the one before)"
+        )
     check_real("residual", residual, 0.0, 1.0)
     result = eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
     for a in maps:
