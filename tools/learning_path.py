@@ -2,7 +2,8 @@
 
 The figure on the intro page (``book/images/learning_path.svg``). One row per chapter and per
 appendix, in the order of ``_toc.yml``: its number and title, the modules of ``vit_tutorial`` it
-builds (filled) and those of earlier chapters it uses (in grey); a last row for the exercises,
+builds (filled) and those of other chapters it uses (in grey; earlier ones, but for chapter
+5's look at chapter 9's encoder); a last row for the exercises,
 which every chapter grades with ``vit_tutorial.exercises``. The rows come from :data:`CHAPTERS`
 and :data:`APPENDICES`; ``tests/test_learning_path.py`` checks them against ``_toc.yml`` and the
 pages' imports, that every label fits its box, and that the committed file is what this script
@@ -52,7 +53,12 @@ CHAPTERS = (
         ("patches", "attention"),
     ),
     Chapter("book/04_encoder", "The encoder block", ("encoder",)),
-    Chapter("book/05_vision_transformer", "The Vision Transformer", ("vit", "interop")),
+    Chapter(
+        "book/05_vision_transformer",
+        "The Vision Transformer",
+        ("vit", "interop"),
+        ("patches", "data", "mae", "experiments.ch09"),  # the backbone section's MAE
+    ),
     Chapter(
         "book/06_training",
         "Training on digits",
