@@ -141,6 +141,23 @@ def test_pruned_models_give_timms_intermediates(kind):
     assert len(mine) == len(theirs) == 2
     for a, b in zip(mine, theirs, strict=True):
         assert_close_to(a, b)
+    with torch.no_grad():  # no pooling left, as timm's reset_classifier(0, ''): every token
+        assert_close_to(ours(images), ref(images))
+
+
+@pytest.mark.parametrize("kind", ["vit", "vit_mean", "swin"])
+def test_reset_classifier_takes_timms_global_pool(kind):
+    ref, ours, images = timm_pair(kind)
+    for model in (ref, ours):
+        model.reset_classifier(0, "")
+    with torch.no_grad():
+        assert_close_to(ours(images), ref(images))  # unpooled: (B, T, D) or (B, h, w, C)
+    pool = "avg" if kind != "vit" else "token"
+    ours.reset_classifier(3, pool)
+    with torch.no_grad():
+        assert ours(images).shape == (2, 3)
+    with pytest.raises(ValueError, match="global_pool must be None"):
+        ours.reset_classifier(3, "max")
 
 
 def test_bad_arguments_are_refused():

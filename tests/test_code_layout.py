@@ -28,12 +28,12 @@ MAX_MODULE_LINES = 400
 #: its drawings grow with the chapters, not the library; it keeps the per-module cap. Issue 27
 #: adds a model family, Swin (``windows.py``, ``swin.py``, ``swin_interop.py``: 806 lines).
 #: Issue 33 adds the contention test to ``measure.py`` (``cpu_share``, ``CpuShare``: 70 lines).
-#: Issue 34 adds timm's model interface on every family (``backbone.py``, 158 lines, and each
-#: family's hooks, ``forward_head``, ``prune_intermediate_layers``, ``reset_classifier``), the
-#: attention maps of the axial ViT and Swin, the registry (``registry.py``, 69) and window
-#: attention folded into the head axis: 555 lines net, 6,323 in all, after the copies it made
-#: redundant went (Swin's own validation, the families' preset lookups, ``replace_head``'s head).
-MAX_CORE_LINES = 6330
+#: Issue 34 adds timm's model interface on every family (``backbone.py``, 187 lines, and each
+#: family's hooks, ``forward_head``, ``prune_intermediate_layers``), the attention maps of the
+#: axial ViT and Swin, the registry (``registry.py``, 69) and window attention folded into the
+#: head axis: 588 lines net, 6,356 in all, after the copies it made redundant went (Swin's own
+#: validation, the families' preset lookups, ``replace_head``'s head).
+MAX_CORE_LINES = 6360
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings.
 UNCAPPED = ("experiments", "figures.py")
 #: Modules that define layers and models: they know nothing of how they are trained.

@@ -21,7 +21,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.backbone import Backbone, Indices, take_indices, to_format
+from vit_tutorial.backbone import Classifier, Indices, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, grid_coordinates, pair
 from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
@@ -180,7 +180,7 @@ class AxialViTConfig(TransformerConfig):
     ``pos_embed`` ``'learned'`` or ``'sincos2d'`` (fixed); no ``pool``: it averages the tokens."""
 
 
-class AxialViT(Backbone, nn.Module):
+class AxialViT(Classifier, nn.Module):
     """A Vision Transformer whose blocks are :class:`AxialEncoderBlock` s.
 
     Patches plus position, as a grid ``(B, Gh, Gw, D)``, pass ``depth`` blocks; their mean over the
@@ -212,7 +212,7 @@ class AxialViT(Backbone, nn.Module):
         self.pos_drop = nn.Dropout(c.dropout)
         rates = c.drop_path_rates()
         self.blocks = nn.ModuleList(trusted(AxialEncoderBlock, c.block, r) for r in rates)
-        self.num_features = c.dim
+        self.num_features, self.global_pool = c.dim, "avg"
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)
@@ -232,8 +232,9 @@ class AxialViT(Backbone, nn.Module):
         return x
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
-        """The grid's mean ``(B, D)``, normalised (``pre_logits``: stop here), through the head."""
-        pooled = self.fc_norm(features.mean(dim=(1, 2)))
+        """The grid's mean ``(B, D)`` (the grid once ``global_pool`` is ``''``), normalised
+        (``pre_logits``: stop here), through the head."""
+        pooled = self.fc_norm(features.mean(dim=(1, 2)) if self.global_pool else features)
         return pooled if pre_logits else self.head(pooled)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -266,16 +267,17 @@ class AxialViT(Backbone, nn.Module):
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
-        """Drop the blocks after the last of ``indices`` (with ``prune_head``, the pooled
-        features' LayerNorm and the head), as a mean-pooled ViT's; ``prune_norm``: no norm."""
+        """Drop the blocks after the last of ``indices`` (with ``prune_head``, the pooling, its
+        LayerNorm and the head), as a mean-pooled ViT's; ``prune_norm`` is accepted and does
+        nothing: no norm acts on the tokens."""
         taken, last = take_indices(len(self.blocks), indices)
         self.blocks = self.blocks[: last + 1]
         if prune_head:
             self.fc_norm = nn.Identity()
-            self.reset_classifier(0)
+            self.reset_classifier(0, "")
         return taken
 
-    reset_classifier = VisionTransformer.reset_classifier  # a zero head, or none for 0
+    _POOL = "avg"  # reset_classifier's name of the mean; the head starts at zero
 
 
 #: The ViT sizes of :data:`~vit_tutorial.vit.PRESETS` with axial blocks, at 224×224 and 1000

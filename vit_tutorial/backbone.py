@@ -1,30 +1,32 @@
 """What every model family shares as a backbone: timm's model interface (chapter 5).
 
-Each family (:class:`~vit_tutorial.vit.VisionTransformer`, :class:`~vit_tutorial.axial.AxialViT`,
-:class:`~vit_tutorial.swin.SwinTransformer`, the encoder of
-:class:`~vit_tutorial.mae.MaskedAutoencoder`) speaks timm's interface, with timm's argument
-names and meaning (``timm/models/vision_transformer.py``, ``swin_transformer.py``):
+The classifiers (:class:`~vit_tutorial.vit.VisionTransformer`,
+:class:`~vit_tutorial.axial.AxialViT`, :class:`~vit_tutorial.swin.SwinTransformer`) speak timm's
+interface, with timm's argument names and meaning (``timm/models/vision_transformer.py``, ``swin_transformer.py``):
 
 - ``forward_features(images)``, ``forward_head(features, pre_logits=False)``, ``forward``;
 - ``forward_intermediates(images, indices=None, norm=False, stop_early=False,
   output_fmt='NCHW', intermediates_only=False)``: the features after chosen blocks (a ViT) or
   stages (Swin), and ``prune_intermediate_layers(indices)``, which drops what comes after;
-- ``no_weight_decay()``, ``reset_classifier(num_classes)``, ``num_features``.
+- ``no_weight_decay()``, ``reset_classifier(num_classes, global_pool=None)``, ``num_features``.
 
-This module holds what the families share: :class:`Backbone` (``forward_intermediates``, once),
-which layers ``indices`` selects, the formats, and a fresh head. Shapes: B batch, L layers (blocks or stages),
-N = h·w tokens of a grid h × w, C width.
+The encoder of :class:`~vit_tutorial.mae.MaskedAutoencoder` has ``forward_intermediates`` and
+``no_weight_decay`` only; its ``to_vit`` makes a ViT with the rest. This module holds what the
+families share: :class:`Backbone` (``forward_intermediates``, once), :class:`Classifier`
+(``reset_classifier``), which layers ``indices`` selects, the formats, and a fresh head. Shapes:
+B batch, Gh×Gw a grid, N = Gh·Gw its tokens, C width.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
 from vit_tutorial.encoder import init_weights
 
-__all__ = ["Backbone", "take_indices", "run_layers", "to_format", "new_head"]
+__all__ = ["Backbone", "Classifier", "take_indices", "run_layers", "to_format", "new_head"]
 
 Indices = int | Sequence[int] | None
 
@@ -85,8 +87,8 @@ def run_layers(
 
 
 def to_format(x: Tensor, output_fmt: str, grid: tuple[int, int] | None = None) -> Tensor:
-    """Features as ``'NCHW'`` ``(B, C, h, w)`` or ``'NLC'`` ``(B, N, C)``, from tokens
-    ``(B, N, C)`` on a grid ``(h, w)`` or a grid of tokens ``(B, h, w, C)`` (``grid=None``)."""
+    """Features as ``'NCHW'`` ``(B, C, Gh, Gw)`` or ``'NLC'`` ``(B, N, C)``, from tokens
+    ``(B, N, C)`` on a grid ``(Gh, Gw)`` or a grid of tokens ``(B, Gh, Gw, C)`` (``grid=None``)."""
     if output_fmt not in ("NCHW", "NLC"):
         raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
     if grid is None:  # (B, h, w, C)
@@ -140,8 +142,9 @@ class Backbone:
                 class token or of the MAE's encoder; Swin's last stage alone; nothing where the
                 norm follows the pooling: a mean-pooled ViT, the axial ViT).
             stop_early: run no layer after the last one selected (the features are then that
-                layer's, normalised as they would be, except Swin's, which are not).
-            output_fmt: ``'NCHW'``, a grid ``(B, C, h, w)``, or ``'NLC'``, tokens ``(B, N, C)``;
+                layer's, normalised as they would be, except Swin's when its last stage did not
+                run: its norm is sized for the last stage).
+            output_fmt: ``'NCHW'``, a grid ``(B, C, Gh, Gw)``, or ``'NLC'``, tokens ``(B, N, C)``;
                 a ViT's prefix tokens are split off either way.
             intermediates_only: return the list alone, else ``(forward_features, list)``.
         """
@@ -156,3 +159,29 @@ class Backbone:
         keep = self._normed if norm else lambda i, y: y
         x, kept, ran = run_layers(layers, x, indices, stop_early, keep)
         return self._end(ran, x), kept
+
+
+class Classifier(Backbone):
+    """A :class:`Backbone` with a head: the ViT, the axial ViT and Swin. The family sets
+    ``num_features``, ``global_pool`` (its pooling, named as timm names it: ``'token'``, the
+    class token, or ``'avg'``, the mean; ``''`` none) and ``_POOL`` (its own), ``ZERO_HEAD``, and
+    pools in ``forward_head`` unless ``global_pool`` is ``''``."""
+
+    ZERO_HEAD = True
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new head for ``num_classes`` (0: none), as timm's; ``config.num_classes`` follows.
+
+        ``global_pool``: ``None`` keeps the pooling, ``''`` stops it (``forward`` then returns
+        every token, or the grid, as timm's), the model's own name restores it. The head starts at
+        zero in the ViTs (the ViT paper's fine-tuning head, Section 3.2, where timm draws it) and
+        is drawn as the model's other Linear layers in Swin.
+        """
+        if global_pool not in (None, "", self._POOL):
+            raise ValueError(
+                f"global_pool must be None (keep it), '' (no pooling) or this model's "
+                f"{self._POOL!r}, got {global_pool!r}"
+            )
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)  # checks it
+        self.head = new_head(self.num_features, num_classes, self, zero=self.ZERO_HEAD)
+        self.global_pool = self.global_pool if global_pool is None else global_pool

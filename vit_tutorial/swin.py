@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.backbone import Backbone, Indices, new_head, take_indices, to_format
+from vit_tutorial.backbone import Classifier, Indices, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, pair, patch_grid
 from vit_tutorial.validate import ModelConfig, build_preset, check_int, check_real, trusted
@@ -137,7 +137,7 @@ class SwinStage(nn.Module):
         return x, maps
 
 
-class SwinTransformer(Backbone, nn.Module):
+class SwinTransformer(Classifier, nn.Module):
     """Swin Transformer (Liu et al. 2021), built from a :class:`SwinConfig` and/or its fields.
 
     Parameter names follow timm's where the parts agree (``patch_embed.proj``, ``downsample``,
@@ -160,6 +160,7 @@ class SwinTransformer(Backbone, nn.Module):
         rates = torch.linspace(0, c.drop_path, sum(c.depths), device="cpu").split(c.depths)
         self.stages = nn.ModuleList(SwinStage(c, s, r.tolist()) for s, r in enumerate(rates))
         self.num_features = width = c.stage_options[-1].dim  # dim · 2^(S-1), as timm's
+        self.global_pool = "avg"
         self.norm = nn.LayerNorm(width, eps=c.norm_eps)
         self.head = nn.Linear(width, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)
@@ -177,8 +178,9 @@ class SwinTransformer(Backbone, nn.Module):
         return self.norm(x)
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
-        """The mean of the grid ``(B, h, w, C)`` through the head; ``pre_logits``: the mean."""
-        pooled = features.mean(dim=(1, 2))  # (B, C)
+        """The mean of the grid ``(B, h, w, C)`` (the grid once ``global_pool`` is ``''``) through
+        the head; ``pre_logits``: the mean."""
+        pooled = features.mean(dim=(1, 2)) if self.global_pool else features  # (B, C)
         return pooled if pre_logits else self.head(pooled)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -225,13 +227,10 @@ class SwinTransformer(Backbone, nn.Module):
         if cut:
             self.num_features = self.config.stage_options[last].dim
         if prune_head or cut:
-            self.reset_classifier(0)
+            self.reset_classifier(0, "")
         return taken
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new head for ``num_classes`` (0: none), drawn as the model's Linear layers."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)  # checks it
-        self.head = new_head(self.num_features, num_classes, self, zero=False)
+    _POOL, ZERO_HEAD = "avg", False  # reset_classifier's: the mean; a head drawn at random
 
 
 #: Swin-T, S and B of the paper's Section 3.3 (drop path 0.2, 0.3 and 0.5: torchvision's

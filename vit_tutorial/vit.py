@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.backbone import Backbone, Indices, new_head, take_indices, to_format
+from vit_tutorial.backbone import Classifier, Indices, new_head, take_indices, to_format
 from vit_tutorial.encoder import BlockOptions, Encoder, init_weights
 from vit_tutorial.patches import ConvStem, IntOrPair, PatchEmbedding, pair, patch_grid
 from vit_tutorial.positional import (
@@ -147,7 +147,7 @@ class ViTConfig(TransformerConfig):
         return self.pool == "cls"
 
 
-class VisionTransformer(Backbone, nn.Module):
+class VisionTransformer(Classifier, nn.Module):
     """The Vision Transformer of Dosovitskiy et al. (2021), built from a :class:`ViTConfig`.
 
     Initialisation is timm's and DeiT's (:func:`~vit_tutorial.encoder.init_weights`, also for the
@@ -196,6 +196,7 @@ class VisionTransformer(Backbone, nn.Module):
         self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
         self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.num_features = c.dim  # the width forward_head takes, as timm's attribute
+        self.global_pool = self._POOL = "token" if c.class_token else "avg"  # timm's names
         head = (lambda: nn.Linear(c.dim, c.num_classes)) if c.num_classes else nn.Identity
         self.head, self.head_dist = head(), head() if c.distilled else None
         self.apply(init_weights)
@@ -227,13 +228,14 @@ class VisionTransformer(Backbone, nn.Module):
     def forward_head(
         self, tokens: Tensor, pre_logits: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Pool tokens ``(B, T, D)`` (class token or mean), normalise if 'mean', classify;
-        ``pre_logits=True`` stops before the head: the pooled features ``(B, D)``.
+        """Pool tokens ``(B, T, D)`` (class token or mean; none once ``global_pool`` is
+        ``''``), normalise if 'mean', classify; ``pre_logits=True`` stops before the head.
 
         With a distillation token: ``(class logits, distillation logits)`` in training, their
         mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs);
         its pre-logits are the mean of the two tokens, as timm's ``VisionTransformerDistilled``."""
-        pooled = self.fc_norm(tokens[:, 0] if self.config.class_token else tokens.mean(dim=1))
+        pool = {"token": lambda t: t[:, 0], "avg": lambda t: t.mean(dim=1), "": lambda t: t}
+        pooled = self.fc_norm(pool[self.global_pool](tokens))
         if self.head_dist is None:
             return pooled if pre_logits else self.head(pooled)
         if pre_logits:
@@ -301,15 +303,16 @@ class VisionTransformer(Backbone, nn.Module):
             self.norm = nn.Identity()
         if prune_head:
             self.fc_norm = nn.Identity()
-            self.reset_classifier(0)
+            self.reset_classifier(0, None if self.head_dist is not None else "")  # as timm
         return taken
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new zero head (two with a distillation token) for ``num_classes`` (0: none, the
-        pooled features come out), as timm's ``reset_classifier``; ``config`` follows."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)  # checks it
-        self.head = new_head(self.num_features, num_classes, self, zero=True)
-        if getattr(self, "head_dist", None) is not None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """:meth:`Classifier.reset_classifier <vit_tutorial.backbone.Classifier.reset_classifier>`;
+        a distillation head is drawn anew too, and keeps the pooling of its two tokens."""
+        if self.head_dist is not None and global_pool == "":
+            raise ValueError("a distilled model pools its two tokens: global_pool='' is refused")
+        super().reset_classifier(num_classes, global_pool)
+        if self.head_dist is not None:
             self.head_dist = new_head(self.num_features, num_classes, self, zero=False)
 
 
@@ -367,8 +370,8 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
 
     Args:
         maps: the blocks' attention weights ``(B, h, T, T)``, from
-            :meth:`VisionTransformer.attention_maps` (or an axial ViT's, one per layer; not
-            Swin's, whose stages see different tokens: ``ValueError``).
+            :meth:`VisionTransformer.attention_maps` (or an axial ViT's, one per layer, or one
+            Swin stage's; not Swin's across stages, which see different tokens: ``ValueError``).
         residual: weight of the identity, in ``[0, 1]``.
 
     Example:
@@ -381,7 +384,7 @@ def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
         raise ValueError(
             f"attention rollout multiplies the blocks' maps, so they must be over the same "
             f"tokens; got maps over {sorted(tokens, reverse=True)} tokens (Swin merges tokens "
-            f"between stages: a token of one stage is four of the one before)"
+            f"between stages: a token of one stage stands for up to four of the one before)"
         )
     check_real("residual", residual, 0.0, 1.0)
     result = eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
