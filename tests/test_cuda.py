@@ -123,3 +123,25 @@ def test_distillation_on_cuda():
     history = fit(student, *loaders(), **ARGS, device="cuda", loss=loss)
     assert history["val_acc"][-1] > 0.9
     assert evaluate(student, loaders()[1], "cuda")["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_swin_on_cuda_matches_the_cpu_with_the_folded_window_mask(fused):
+    """The shifted blocks' mask, folded into the head axis ``(1, nW·h, N, N)``, in CUDA's fused
+    kernel (and on the explicit path): the same logits, intermediates and maps as on the CPU."""
+    from vit_tutorial.swin import create_swin
+
+    torch.manual_seed(0)
+    model = create_swin("swin_fashion").eval()
+    for stage in model.stages:
+        for block in stage.blocks:
+            block.attn.fused = fused
+    x = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        cpu = [model(x), *model.forward_intermediates(x, intermediates_only=True)]
+        cpu_maps = model.attention_maps(x)
+        model, x = model.cuda(), x.cuda()
+        gpu = [model(x), *model.forward_intermediates(x, intermediates_only=True)]
+        gpu_maps = model.attention_maps(x)
+    for a, b in zip(gpu + gpu_maps, cpu + cpu_maps, strict=True):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=1e-4)
