@@ -148,17 +148,23 @@ def test_timm_names_are_ours_inside_the_encoder():
     assert "blocks.{i}.attn.qkv.{p}" in TIMM_KEYS
 
 
+def test_timm_headless_model_gives_the_same_features():
+    ref = timm.create_model("vit_tiny_patch16_224", **{**SMALL_TIMM, "num_classes": 0})
+    ours = from_timm(perturb(ref))
+    assert isinstance(ours.head, torch.nn.Identity) and ours.config.num_classes == 0
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        features = ref(images)
+    assert features.shape == (2, 64)
+    assert max_abs_logit_difference(ours, ref, images) <= 1e-4
+
+
 def test_timm_unsupported_variants():
     cls_avg = timm.create_model(
         "vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM, global_pool="avg"
     )
     with pytest.raises(ValueError, match="global_pool='avg' with class_token=True"):
         from_timm(cls_avg)
-    headless = timm.create_model(
-        "vit_tiny_patch16_224", pretrained=False, **{**SMALL_TIMM, "num_classes": 0}
-    )
-    with pytest.raises(ValueError, match="num_classes=0"):
-        from_timm(headless)
     registers = timm.create_model(
         "vit_tiny_patch16_224", pretrained=False, **SMALL_TIMM, reg_tokens=4
     )

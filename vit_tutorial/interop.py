@@ -185,16 +185,15 @@ def from_timm(model: nn.Module) -> VisionTransformer:
     ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs (class-token pooling,
     ``global_pool='token'``, or average pooling without a class token, ``global_pool='avg',
     class_token=False``; exact GELU; no registers or layer scale) and DeiT's distilled models
-    (``deit_base_distilled_patch16_224``: ``distilled=True``). Another pooling, activation, head
-    or dropout, or keys/shapes that do not map, raise ``ValueError``."""
+    (``deit_base_distilled_patch16_224``: ``distilled=True``), with a head or without
+    (``num_classes=0``: the pooled features). Another pooling, activation, head or dropout, or
+    keys/shapes that do not map, raise ``ValueError``."""
     pooling = (model.global_pool, model.has_class_token)
     pool = {("token", True): "cls", ("avg", False): "mean"}.get(pooling)
     if pool is None:
         raise ValueError(
             f"unsupported timm pooling global_pool={pooling[0]!r} with class_token={pooling[1]}"
         )
-    if model.num_classes < 1:
-        raise ValueError("the timm model has no classifier head (num_classes=0)")
     block = model.blocks[0]
     if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
