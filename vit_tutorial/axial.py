@@ -212,7 +212,7 @@ class AxialViT(Classifier, nn.Module):
         self.pos_drop = nn.Dropout(c.dropout)
         rates = c.drop_path_rates()
         self.blocks = nn.ModuleList(trusted(AxialEncoderBlock, c.block, r) for r in rates)
-        self.num_features, self.global_pool = c.dim, "avg"
+        self.num_features, self.global_pool = c.dim, self._POOL
         self.fc_norm = nn.LayerNorm(c.dim, eps=c.norm_eps)
         self.head = nn.Linear(c.dim, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)

@@ -160,7 +160,7 @@ class SwinTransformer(Classifier, nn.Module):
         rates = torch.linspace(0, c.drop_path, sum(c.depths), device="cpu").split(c.depths)
         self.stages = nn.ModuleList(SwinStage(c, s, r.tolist()) for s, r in enumerate(rates))
         self.num_features = width = c.stage_options[-1].dim  # dim · 2^(S-1), as timm's
-        self.global_pool = "avg"
+        self.global_pool = self._POOL
         self.norm = nn.LayerNorm(width, eps=c.norm_eps)
         self.head = nn.Linear(width, c.num_classes) if c.num_classes else nn.Identity()
         self.apply(init_weights)

@@ -234,8 +234,7 @@ class VisionTransformer(Classifier, nn.Module):
         With a distillation token: ``(class logits, distillation logits)`` in training, their
         mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs);
         its pre-logits are the mean of the two tokens, as timm's ``VisionTransformerDistilled``."""
-        pool = {"token": lambda t: t[:, 0], "avg": lambda t: t.mean(dim=1), "": lambda t: t}
-        pooled = self.fc_norm(pool[self.global_pool](tokens))
+        pooled = self.fc_norm(_POOLS[self.global_pool](tokens))
         if self.head_dist is None:
             return pooled if pre_logits else self.head(pooled)
         if pre_logits:
@@ -314,6 +313,10 @@ class VisionTransformer(Classifier, nn.Module):
         super().reset_classifier(num_classes, global_pool)
         if self.head_dist is not None:
             self.head_dist = new_head(self.num_features, num_classes, self, zero=False)
+
+
+#: Pooling by ``global_pool``: the class token, the mean, or none (every token).
+_POOLS = {"token": lambda t: t[:, 0], "avg": lambda t: t.mean(dim=1), "": lambda t: t}
 
 
 #: The models of the ViT paper's Table 1 and DeiT's tiny and small, at 224×224 and 1000 classes.
