@@ -126,7 +126,7 @@ def test_config_and_fields_combine():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"pool": "max"}, r"pool must be one of \('cls', 'mean'\), got 'max'"),
+        ({"pool": "max"}, r"pool must be one of \('cls', 'mean', 'map'\), got 'max'"),
         ({"pos_embed": "rope"}, r"pos_embed must be one of .*'sincos2d'.*got 'rope'"),
         ({"stem": "resnet"}, r"stem must be one of \('patch', 'conv'\), got 'resnet'"),
         ({"num_classes": -1}, "num_classes must be at least 0, got -1"),

@@ -19,9 +19,26 @@ from torch import Tensor, nn
 
 from vit_tutorial.validate import check_bool, check_int, check_real
 
-__all__ = ["attention_weights", "scaled_dot_product_attention", "MultiHeadSelfAttention"]
+__all__ = [
+    "attention_weights",
+    "scaled_dot_product_attention",
+    "MultiHeadSelfAttention",
+    "NORMS",
+    "make_norm",
+    "attention_rollout",
+]
 
 Rope = Callable[[Tensor], Tensor]  # rotates queries or keys (B, h, T, d), e.g. RotaryEmbedding2D
+
+
+#: The normalisations a block may use: ``'layernorm'`` (ViT) or ``'rmsnorm'`` (chapter 11).
+NORMS = ("layernorm", "rmsnorm")
+
+
+def make_norm(kind: str, dim: int, eps: float = 1e-6) -> nn.Module:
+    """``nn.LayerNorm`` or ``nn.RMSNorm`` (no mean subtracted, no bias; Zhang & Sennrich 2019)
+    over the last ``dim`` channels, by ``kind`` of :data:`NORMS` (checked by the caller)."""
+    return nn.LayerNorm(dim, eps=eps) if kind == "layernorm" else nn.RMSNorm(dim, eps=eps)
 
 
 def check_heads(dim: int, num_heads: int) -> None:
@@ -121,6 +138,8 @@ class MultiHeadSelfAttention(nn.Module):
     Args:
         dim, num_heads, qkv_bias: D, the heads h (which must divide D), a q/k/v projection bias.
         attn_dropout, proj_dropout: dropout on the attention weights, after the projection.
+        qk_norm: ``None``, or one of :data:`NORMS`: normalise each head's queries and keys
+            (``q_norm``, ``k_norm``; Henry et al. 2020, ViT-22B §2), as timm's ``qk_norm``.
 
     Example:
         >>> attn = MultiHeadSelfAttention(dim=64, num_heads=4)
@@ -136,16 +155,22 @@ class MultiHeadSelfAttention(nn.Module):
         qkv_bias: bool = True,
         attn_dropout: float = 0.0,
         proj_dropout: float = 0.0,
+        qk_norm: str | None = None,
     ) -> None:
         check_heads(dim, num_heads), check_bool("qkv_bias", qkv_bias)
         for name, p in [("attn_dropout", attn_dropout), ("proj_dropout", proj_dropout)]:
             check_real(name, p, 0.0, 1.0, high_open=True)
-        self._build(dim, num_heads, qkv_bias, attn_dropout, proj_dropout)
+        if qk_norm is not None and qk_norm not in NORMS:
+            raise ValueError(f"qk_norm must be None or one of {NORMS}, got {qk_norm!r}")
+        self._build(dim, num_heads, qkv_bias, attn_dropout, proj_dropout, qk_norm)
 
-    def _build(self, dim, num_heads, qkv_bias, attn_dropout, proj_dropout) -> None:
+    def _build(self, dim, num_heads, qkv_bias, attn_dropout, proj_dropout, qk_norm=None) -> None:
         super().__init__()
         self.dim, self.num_heads, self.head_dim, self.fused = dim, num_heads, dim // num_heads, True
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        if qk_norm is not None:  # absent otherwise, as the 2020 ViT has none
+            self.q_norm = make_norm(qk_norm, self.head_dim)
+            self.k_norm = make_norm(qk_norm, self.head_dim)
         self.attn_dropout = nn.Dropout(attn_dropout)
         self.proj = nn.Linear(dim, dim)
         self.proj_dropout = nn.Dropout(proj_dropout)
@@ -164,6 +189,8 @@ class MultiHeadSelfAttention(nn.Module):
         # "b n (three h d) -> three b h n d" as view and permute: einops costs µs (appendix A)
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, h, T, d)
+        if hasattr(self, "q_norm"):  # QK-norm: each head's queries and keys, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = rope(q), rope(k)
         return q, k, v
@@ -199,3 +226,36 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = self._heads(x, rope)
         weights = attention_weights(q, k, attn_bias)  # (B, h, T, T)
         return self._merge(self.attn_dropout(weights) @ v), weights
+
+
+def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each token draws on each input.
+
+    Per block, average the heads, mix in the identity for the residual connection
+    (``residual · I + (1 - residual) · A``), renormalise the rows, and multiply the blocks:
+    ``R = Â_L ··· Â_2 Â_1``, ``(B, T, T)``, its row ``t`` for output token ``t``.
+
+    Args:
+        maps: the blocks' attention weights ``(B, h, T, T)``, from
+            :meth:`~vit_tutorial.vit.VisionTransformer.attention_maps` (or an axial ViT's, one per layer, or one
+            Swin stage's; not Swin's across stages, which see different tokens: ``ValueError``).
+        residual: weight of the identity, in ``[0, 1]``.
+
+    Example:
+        >>> attention_rollout([torch.full((1, 2, 4, 4), 0.25)] * 3)[0, 0]  # uniform, 3 blocks
+        tensor([0.3438, 0.2188, 0.2188, 0.2188])
+    """
+    if not maps:
+        raise ValueError("attention_rollout needs the maps of at least one block")
+    if len(tokens := {a.shape[-1] for a in maps}) > 1:
+        raise ValueError(
+            f"attention rollout multiplies the blocks' maps, so they must be over the same "
+            f"tokens; got maps over {sorted(tokens, reverse=True)} tokens (Swin merges tokens "
+            f"between stages: a token of one stage stands for up to four of the one before)"
+        )
+    check_real("residual", residual, 0.0, 1.0)
+    result = eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
+    for a in maps:
+        a = (1 - residual) * a.mean(dim=1) + residual * eye  # (B, T, T)
+        result = (a / a.sum(dim=-1, keepdim=True)) @ result
+    return result

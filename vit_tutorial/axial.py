@@ -154,7 +154,7 @@ class AxialEncoderBlock(nn.Module):
         self.attn_width = trusted(AxialAttention, o.attention(), "width")
         self.drop_path2 = trusted(DropPath, drop_path)
         self.norm3 = nn.LayerNorm(o.dim, eps=o.norm_eps)
-        self.mlp = o.mlp()
+        self.mlp = o.feed_forward()
         self.drop_path3 = trusted(DropPath, drop_path)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ from vit_tutorial.vit import VisionTransformer
 __all__ = [
     "TORCHVISION_KEYS",
     "TIMM_KEYS",
+    "EVA_KEYS",
     "torchvision_state_dict_to_ours",
     "timm_state_dict_to_ours",
     "ours_state_dict_to_torchvision",
@@ -28,6 +29,7 @@ __all__ = [
     "load_converted",
     "from_torchvision",
     "from_timm",
+    "from_timm_eva",
     "max_abs_logit_difference",
 ]
 
@@ -50,14 +52,28 @@ TORCHVISION_KEYS: dict[str, str] = {
     "heads.head.{p}": "head.{p}",
 }
 
-_TIMM_SAME = "cls_token dist_token patch_embed.proj.{p} norm.{p} fc_norm.{p} head.{p} head_dist.{p}"
-_TIMM_BLOCK = "norm1 attn.qkv attn.proj norm2 mlp.fc1 mlp.fc2"
+_TIMM_SAME = "cls_token dist_token reg_token patch_embed.proj.{p} norm.{p} fc_norm.{p} head.{p}"
+_TIMM_SAME += " head_dist.{p} attn_pool.latent" + "".join(
+    f" attn_pool.{m}.{{p}}" for m in ("q", "kv", "proj", "norm", "mlp.fc1", "mlp.fc2")
+)
+_TIMM_BLOCK = "norm1 attn.qkv attn.q_norm attn.k_norm attn.proj norm2 mlp.fc1 mlp.fc2 mlp.fc1_g"
+_TIMM_BLOCK += " mlp.fc1_x"
 #: timm ``VisionTransformer`` key -> our key: our names are timm's (``dist_token`` and
-#: ``head_dist`` for DeiT's distilled models), the blocks' inside ``encoder``.
+#: ``head_dist`` for DeiT's distilled models, ``reg_token``, ``ls1.gamma``, ``attn_pool`` ...
+#: for chapter 11's), the blocks' inside ``encoder``.
 TIMM_KEYS: dict[str, str] = {
     **{key: key for key in _TIMM_SAME.split()},
     "pos_embed": "pos_embed.weight",
     **{f"blocks.{{i}}.{m}.{{p}}": f"encoder.blocks.{{i}}.{m}.{{p}}" for m in _TIMM_BLOCK.split()},
+    **{f"blocks.{{i}}.ls{n}.gamma": f"encoder.blocks.{{i}}.ls{n}.gamma" for n in (1, 2)},
+}
+#: timm ``Eva`` key -> our key, for its RoPE ViTs (``vit_base_patch16_rope_224``): LayerScale is
+#: ``gamma_1``/``gamma_2``, the mixed RoPE's frequencies one tensor over the blocks (``rope.freqs``
+#: ``(2, depth, h, d/2)``: split by :func:`from_timm_eva`).
+EVA_KEYS: dict[str, str] = {
+    **{k: v for k, v in TIMM_KEYS.items() if not k.startswith("blocks.{i}.ls")},
+    **{f"blocks.{{i}}.gamma_{n}": f"encoder.blocks.{{i}}.ls{n}.gamma" for n in (1, 2)},
+    "rope.freqs.{i}": "rope.{i}.freqs",
 }
 
 
@@ -145,8 +161,9 @@ def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
 def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
     """Our model of ``fields`` holding copies of ``state_dict`` (the source's device and dtype),
     in ``source``'s train/eval mode; built on the meta device, so no random initialisation is
-    wasted (its position table is learned or absent: no buffer is left there)."""
-    with torch.device("meta"):
+    wasted (its position table is learned or absent: no buffer is left there), but with RoPE,
+    whose fixed frequencies are a buffer the state dict does not hold."""
+    with torch.device("meta" if fields.get("rope", "none") == "none" else "cpu"):
         model = VisionTransformer(**fields)  # validates the fields once
     load_converted(model, {k: v.detach().clone() for k, v in state_dict.items()}, assign=True)
     return model.train(source.training)
@@ -182,22 +199,84 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
 
 def from_timm(model: nn.Module) -> VisionTransformer:
     """A :class:`~vit_tutorial.vit.VisionTransformer` with the weights of a timm ViT:
-    ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs (class-token pooling,
-    ``global_pool='token'``, or average pooling without a class token, ``global_pool='avg',
-    class_token=False``; exact GELU; no registers or layer scale) and DeiT's distilled models
-    (``deit_base_distilled_patch16_224``: ``distilled=True``), with a head or without
-    (``num_classes=0``: the pooled features). Another pooling, activation, head or dropout, or
-    keys/shapes that do not map, raise ``ValueError``."""
+    ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs, DeiT's distilled
+    models (``distilled=True``) and chapter 11's (DeiT III, registers, QK-norm, RMSNorm, SwiGLU,
+    the MAP head: ``deit3_small_patch16_224``, ``vit_small_patch14_reg4_dinov2``, ``test_vit4``,
+    ``vit_base_patch16_siglip_224`` ...), with a head or without (``num_classes=0``). Pooling by
+    the class token, the mean without one, or ``'map'``; exact GELU or SwiGLU with SiLU; another
+    pooling, activation, MLP, head or dropout, or keys/shapes that do not map, raise
+    ``ValueError``."""
     pooling = (model.global_pool, model.has_class_token)
-    pool = {("token", True): "cls", ("avg", False): "mean"}.get(pooling)
+    pool = {("token", True): "cls", ("avg", False): "mean", ("map", False): "map"}.get(pooling)
     if pool is None:
         raise ValueError(
             f"unsupported timm pooling global_pool={pooling[0]!r} with class_token={pooling[1]}"
         )
+    fields = _timm_common(model)
+    fields.update(
+        pool=pool,
+        pos_embed="learned" if model.pos_embed is not None else "none",
+        dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
+        distilled=getattr(model, "dist_token", None) is not None,
+        reg_tokens=getattr(model, "num_reg_tokens", 0),
+        no_embed_class=bool(getattr(model, "no_embed_class", False)),
+        pool_include_prefix=bool(getattr(model, "pool_include_prefix", False)),
+        init_values=_init_values(getattr(model.blocks[0].ls1, "gamma", None)),
+    )
+    return _model(fields, timm_state_dict_to_ours(model.state_dict()), model)
+
+
+def from_timm_eva(model: nn.Module) -> VisionTransformer:
+    """Our model with the weights of one of timm's RoPE ViTs, built by its ``Eva`` class
+    (``timm/models/eva.py``): ``vit_base_patch16_rope_224`` (axial RoPE, Heo et al. 2024) and
+    ``vit_base_patch16_rope_mixed_224`` (mixed), class-token pooling, no position table. Other
+    Eva models (EVA-02's SwiGLU and its separate q, k, v biases, ``rope_type`` 'cat' with
+    pixel frequencies ...) raise ``ValueError``."""
+    rope_type = type(model.rope).__name__
+    kinds = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed"}
     block = model.blocks[0]
-    if not (isinstance(block.mlp.act, nn.GELU) and block.mlp.act.approximate == "none"):
-        raise ValueError(f"only the exact GELU is supported, the timm model uses {block.mlp.act}")
-    last = model.blocks[-1]
+    supported = (
+        rope_type in kinds
+        and type(block.attn).__name__ == "AttentionRope"
+        and model.pos_embed is None
+        and (model.global_pool, model.cls_token is not None) == ("token", True)
+        and getattr(model.rope, "in_pixels", False) is False
+        and getattr(model.rope, "grid_indexing", "xy") == "xy"
+        and getattr(block.attn, "rotate_half", False) is False
+    )
+    if not supported:
+        raise ValueError(
+            f"only timm's naver RoPE ViTs are supported (vit_*_rope_224, vit_*_rope_mixed_224), "
+            f"got rope {rope_type} with attention {type(block.attn).__name__}"
+        )
+    fields = _timm_common(model)
+    temperature = getattr(model.rope, "temperature", None)
+    if kinds[rope_type] == "axial" and temperature != 100.0:
+        raise ValueError(f"axial RoPE at temperature 100 only, got {temperature}")
+    fields.update(pool="cls", pos_embed="none", rope=kinds[rope_type])
+    fields.update(init_values=_init_values(getattr(block, "gamma_1", None)))
+    state_dict = dict(model.state_dict())
+    if kinds[rope_type] == "mixed":  # (2, depth, h, d/2) -> one (2, h, d/2) per block
+        freqs = state_dict.pop("rope.freqs")
+        state_dict.update({f"rope.freqs.{i}": freqs[:, i] for i in range(freqs.shape[1])})
+    ours = _convert(state_dict, EVA_KEYS, "timm Eva", "vit_tutorial")
+    return _model(fields, ours, model)
+
+
+def _init_values(gamma: Tensor | None) -> float | None:
+    """LayerScale's ``init_values`` for the config (the loaded ``gamma`` replaces it)."""
+    return None if gamma is None else 1e-5
+
+
+def _timm_common(model: nn.Module) -> dict:
+    """The fields timm's ``VisionTransformer`` and ``Eva`` share, with the checks of both."""
+    block, last = model.blocks[0], model.blocks[-1]
+    mlp = type(block.mlp).__name__
+    act = block.mlp.act
+    if mlp == "Mlp" and not (isinstance(act, nn.GELU) and act.approximate == "none"):
+        raise ValueError(f"only the exact GELU is supported, the timm model uses {act}")
+    if mlp not in ("Mlp", "SwiGLU") or (mlp == "SwiGLU" and not isinstance(act, nn.SiLU)):
+        raise ValueError(f"only Mlp with GELU or SwiGLU with SiLU is supported, got {mlp}, {act}")
     dropout = last.attn.proj_drop.p
     others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
     if others["pos_drop_rate"] != dropout or others["drop_rate (head)"] != 0.0:
@@ -205,7 +284,10 @@ def from_timm(model: nn.Module) -> VisionTransformer:
             "vit_tutorial has one dropout rate for the position embedding and the blocks and "
             f"none before the head; the timm model uses proj_drop_rate={dropout} and {others}"
         )
-    fields = dict(
+    norm = "rmsnorm" if "rms" in type(block.norm1).__name__.lower() else "layernorm"
+    hidden = block.mlp.fc1.out_features if mlp == "Mlp" else block.mlp.fc1_g.out_features
+    patch_drop = getattr(model, "patch_drop", None)
+    return dict(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
         in_channels=model.patch_embed.proj.in_channels,
@@ -213,18 +295,17 @@ def from_timm(model: nn.Module) -> VisionTransformer:
         dim=model.embed_dim,
         depth=len(model.blocks),
         num_heads=block.attn.num_heads,
-        mlp_ratio=_mlp_ratio(model.embed_dim, block.mlp.fc1.out_features),
+        mlp_ratio=_mlp_ratio(model.embed_dim, hidden),
         qkv_bias=block.attn.qkv.bias is not None,
-        pool=pool,
         dropout=dropout,
         attn_dropout=last.attn.attn_drop.p,
         drop_path=float(f"{getattr(last.drop_path1, 'drop_prob', 0.0):.6g}"),
-        pos_embed="learned" if model.pos_embed is not None else "none",
-        dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)),
         norm_eps=block.norm1.eps,
-        distilled=getattr(model, "dist_token", None) is not None,
+        qk_norm=not isinstance(block.attn.q_norm, nn.Identity),
+        norm=norm,
+        mlp="gelu" if mlp == "Mlp" else "swiglu",
+        patch_drop_rate=float(getattr(patch_drop, "prob", 0.0)),
     )
-    return _model(fields, timm_state_dict_to_ours(model.state_dict()), model)
 
 
 def max_abs_logit_difference(a: nn.Module, b: nn.Module, images: Tensor) -> float:

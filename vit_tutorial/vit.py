@@ -14,29 +14,25 @@ pixels, P patch size, Gh×Gw grid, N = Gh·Gw patches, T tokens (N + 1 with a cl
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.attention import attention_rollout
 from vit_tutorial.backbone import Classifier, Indices, new_head, take_indices, to_format
-from vit_tutorial.encoder import BlockOptions, Encoder, init_weights
-from vit_tutorial.patches import ConvStem, IntOrPair, PatchEmbedding, pair, patch_grid
+from vit_tutorial.config import TransformerConfig, ViTConfig
+from vit_tutorial.encoder import Encoder, SwiGLU, init_weights
+from vit_tutorial.modern import AttentionPool, PatchDropout
+from vit_tutorial.patches import ConvStem, PatchEmbedding, pair, patch_grid
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    RotaryEmbedding2D,
     SinusoidalEmbedding2D,
 )
-from vit_tutorial.validate import (
-    ModelConfig,
-    build_preset,
-    check_bool,
-    check_int,
-    check_real,
-    trusted,
-)
+from vit_tutorial.validate import build_preset, trusted
 
 __all__ = [
     "TransformerConfig",
@@ -47,104 +43,6 @@ __all__ = [
     "vit_flops",
     "attention_rollout",
 ]
-
-
-@dataclasses.dataclass
-class TransformerConfig(ModelConfig):
-    """The fields every ViT-like model of the package shares, validated once, here.
-
-    ``dataclasses.asdict(config)`` is a plain dict for a checkpoint; ``type(config)(**that_dict)``
-    rebuilds it. Invalid values raise ``TypeError`` or ``ValueError`` naming the field. Models check
-    their config again (it may change) and build layers with :func:`~vit_tutorial.validate.trusted`.
-
-    Attributes:
-        image_size, patch_size: ``H`` or ``(H, W)``, and ``P`` or ``(P_h, P_w)``, which divides it.
-        in_channels, num_classes, depth: C, the number of logits and of encoder blocks.
-        dropout: dropout after the position embedding and inside the blocks.
-        drop_path: stochastic depth of the last block (rising linearly from 0).
-        pos_embed: one of the subclass's ``POS_EMBEDS``.
-        block: not a field: the :class:`~vit_tutorial.encoder.BlockOptions` checking its fields.
-    """
-
-    POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d")
-
-    image_size: IntOrPair = 224
-    patch_size: IntOrPair = 16
-    in_channels: int = 3
-    num_classes: int = 1000
-    dim: int = 768
-    depth: int = 12
-    num_heads: int = 12
-    mlp_ratio: float = 4.0
-    qkv_bias: bool = True
-    dropout: float = 0.0
-    attn_dropout: float = 0.0
-    drop_path: float = 0.0
-    pos_embed: str = "learned"
-    norm_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        check_int("in_channels", self.in_channels), check_int("depth", self.depth)
-        check_int("num_classes", self.num_classes, 0)  # 0: no head, as timm's num_classes=0
-        check_real("drop_path", self.drop_path, 0.0, 1.0, high_open=True)
-        fields = [getattr(self, f.name) for f in dataclasses.fields(BlockOptions)]
-        self.block = BlockOptions(*fields)  # checks dim, num_heads, mlp_ratio, ...
-        if self.pos_embed not in self.POS_EMBEDS:
-            raise ValueError(f"pos_embed must be one of {self.POS_EMBEDS}, got {self.pos_embed!r}")
-        patch_grid(self.image_size, self.patch_size)  # TypeError or ValueError
-
-    def drop_path_rates(self) -> list[float]:
-        """Each block's stochastic-depth rate, as :func:`~vit_tutorial.encoder.drop_path_rates`."""
-        return torch.linspace(0, self.drop_path, self.depth, device="cpu").tolist()
-
-
-@dataclasses.dataclass
-class ViTConfig(TransformerConfig):
-    """Every choice that defines a :class:`VisionTransformer` (defaults: ViT-B/16).
-
-    The fields of :class:`TransformerConfig`, with ``pos_embed`` one of ``'learned'``,
-    ``'sincos2d'`` (fixed; zero for the class token), ``'relative'`` (a
-    :class:`~vit_tutorial.positional.RelativePositionBias` per block) or ``'none'``, and:
-
-    Attributes:
-        pool: ``'cls'`` (classify the class token; the model has one) or ``'mean'`` (average
-            the tokens; no class token, LayerNorm after pooling, as timm's ``'avg'``).
-        dynamic_image_size: take any size the patch size divides, resampling the position table.
-        stem: ``'patch'`` (:class:`~vit_tutorial.patches.PatchEmbedding`) or ``'conv'``
-            (:class:`~vit_tutorial.patches.ConvStem`).
-        distilled: DeiT's distillation token and head (Touvron et al. 2021, Section 4; needs
-            ``pool='cls'``) for :class:`~vit_tutorial.losses.HardDistillation`.
-    """
-
-    POS_EMBEDS: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "relative", "none")
-
-    pool: str = "cls"
-    dynamic_image_size: bool = False
-    stem: str = "patch"
-    distilled: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_bool("dynamic_image_size", self.dynamic_image_size)
-        check_bool("distilled", self.distilled)
-        if self.distilled and self.pool != "cls":
-            raise ValueError(
-                f"distilled=True needs pool='cls' (the distillation token sits next to the "
-                f"class token), got pool={self.pool!r}"
-            )
-        for name, valid in [("pool", ("cls", "mean")), ("stem", ("patch", "conv"))]:
-            if getattr(self, name) not in valid:
-                raise ValueError(f"{name} must be one of {valid}, got {getattr(self, name)!r}")
-        if self.dynamic_image_size and self.pos_embed == "relative":
-            raise ValueError(
-                "dynamic_image_size is not supported with pos_embed='relative' "
-                "(its table is sized for one grid)"
-            )
-
-    @property
-    def class_token(self) -> bool:
-        """Derived, not a field: the model has a class token exactly when ``pool == 'cls'``."""
-        return self.pool == "cls"
 
 
 class VisionTransformer(Classifier, nn.Module):
@@ -160,8 +58,9 @@ class VisionTransformer(Classifier, nn.Module):
 
     Attributes:
         config, grid_size: the :class:`ViTConfig` the model was built from, its grid ``(Gh, Gw)``.
-        num_prefix_tokens: 1 with a class token, 2 with a distillation token too, else 0.
+        num_prefix_tokens: the class, distillation and register tokens (in this order).
         pos_embed: the module of ``config.pos_embed`` (``'relative'``: one per block) or ``None``.
+        rope: the rotary embedding of ``config.rope`` (``'mixed'``: one per block) or ``None``.
 
     Example:
         >>> model = VisionTransformer(image_size=32, patch_size=8, dim=64, depth=2,
@@ -179,24 +78,37 @@ class VisionTransformer(Classifier, nn.Module):
         args = c.image_size, c.patch_size, c.in_channels, c.dim
         self.patch_embed = trusted(stem, *args, strict_image_size=not c.dynamic_image_size)
         grid = self.grid_size = self.patch_embed.grid_size
-        p = self.num_prefix_tokens = int(c.class_token) + int(c.distilled)
+        p = self.num_prefix_tokens = int(c.class_token) + int(c.distilled) + c.reg_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.distilled else None
-        self.pos_embed = None  # for pos_embed='none'
+        if c.reg_tokens:  # registers: timm's name and start, N(0, 1e-6²)
+            self.reg_token = nn.Parameter(torch.zeros(1, c.reg_tokens, c.dim))
+        self.pos_embed, covered = None, 0 if c.no_embed_class else p  # prefix tokens in the table
         if c.pos_embed == "learned":
-            self.pos_embed = LearnedPositionalEmbedding(p + grid[0] * grid[1], c.dim, grid, p)
+            n = covered + grid[0] * grid[1]
+            self.pos_embed = LearnedPositionalEmbedding(n, c.dim, grid, covered)
         elif c.pos_embed == "sincos2d":
-            self.pos_embed = trusted(SinusoidalEmbedding2D, grid, c.dim, p)
+            self.pos_embed = trusted(SinusoidalEmbedding2D, grid, c.dim, covered)
         elif c.pos_embed == "relative":
             rpb = [trusted(RelativePositionBias, grid, c.num_heads, p) for _ in range(c.depth)]
             self.pos_embed = nn.ModuleList(rpb)
+        self.rope = None
+        if c.rope != "none":
+            rope = (c.dim // c.num_heads, grid, p, None, c.rope, c.num_heads)
+            ropes = [RotaryEmbedding2D(*rope) for _ in range(c.depth if c.rope == "mixed" else 1)]
+            self.rope = nn.ModuleList(ropes) if c.rope == "mixed" else ropes[0]
         self.pos_drop = nn.Dropout(c.dropout)
+        self.patch_drop = PatchDropout(c.patch_drop_rate, p) if c.patch_drop_rate else nn.Identity()
         self.encoder = trusted(Encoder, c.block, c.drop_path_rates())
-        # timm's placement: LayerNorm on the tokens for 'cls', on the pooled vector for 'mean'.
-        self.norm = nn.LayerNorm(c.dim, eps=c.norm_eps) if c.class_token else nn.Identity()
-        self.fc_norm = nn.Identity() if c.class_token else nn.LayerNorm(c.dim, eps=c.norm_eps)
+        # timm's placement: the norm on the tokens for 'cls' and 'map', on the mean for 'mean'.
+        mean = c.pool == "mean"
+        self.norm = nn.Identity() if mean else c.block.normalization()
+        self.fc_norm = c.block.normalization() if mean else nn.Identity()
+        if c.pool == "map":
+            args = c.dim, c.num_heads, c.mlp_ratio, c.norm, c.norm_eps
+            self.attn_pool = trusted(AttentionPool, *args)
         self.num_features = c.dim  # the width forward_head takes, as timm's attribute
-        self.global_pool = self._POOL = "token" if c.class_token else "avg"  # timm's names
+        self.global_pool = self._POOL = {"cls": "token", "mean": "avg"}.get(c.pool, c.pool)
         head = (lambda: nn.Linear(c.dim, c.num_classes)) if c.num_classes else nn.Identity
         self.head, self.head_dist = head(), head() if c.distilled else None
         self.apply(init_weights)
@@ -205,25 +117,44 @@ class VisionTransformer(Classifier, nn.Module):
         for token in (self.cls_token, self.dist_token):
             if token is not None:
                 nn.init.trunc_normal_(token, std=0.02, a=-0.04, b=0.04)
+        for module in self.modules():  # timm's starts of chapter 11's parts
+            if isinstance(module, SwiGLU):
+                module.init_gate()
+        if c.reg_tokens:
+            nn.init.normal_(self.reg_token, std=1e-6)
+        if c.pool == "map":
+            self.attn_pool.reset_latent()
 
     def _tokens(self, images: Tensor) -> tuple[Tensor, list[Tensor] | None]:
         """Embedded tokens ``(B, T, D)`` entering the encoder, and the per-block biases."""
         x = self.patch_embed(images)  # (B, N, D), N = Gh·Gw; checks the images
         size = tuple(images.shape[-2:])
         grid = None if size == self.patch_embed.image_size else self.patch_embed.grid_size_for(size)
-        tokens = (self.cls_token, self.dist_token)
+        tokens = (self.cls_token, self.dist_token, getattr(self, "reg_token", None))
         prefix = [t.expand(x.shape[0], -1, -1) for t in tokens if t is not None]
-        x = torch.cat([*prefix, x], dim=1)  # (B, T, D): [class, distillation,] patches
+        table = self.config.pos_embed in ("learned", "sincos2d")
+        if table and self.config.no_embed_class:
+            x = self.pos_embed(x, grid)  # the table covers the patches only (DeiT III)
+        x = torch.cat([*prefix, x], dim=1)  # (B, T, D): [class, distillation, registers,] patches
         if self.config.pos_embed == "relative":
             return self.pos_drop(x), [rpb() for rpb in self.pos_embed]  # h × T × T each
-        if self.pos_embed is not None:
+        if table and not self.config.no_embed_class:
             x = self.pos_embed(x, grid)  # resampled for another grid
-        return self.pos_drop(x), None
+        return self.patch_drop(self.pos_drop(x)), None
+
+    def _ropes(self, images: Tensor) -> list | None:
+        """Each block's rotation of queries and keys, for the images' grid; ``None``: no RoPE."""
+        if self.rope is None:
+            return None
+        grid = self.patch_embed.grid_size_for(images.shape[-2:])
+        ropes = self.rope if isinstance(self.rope, nn.ModuleList) else [self.rope]
+        ropes = [partial(rope, grid_size=grid) for rope in ropes]
+        return ropes * len(self.encoder.blocks) if len(ropes) == 1 else ropes
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Tokens ``(B, T, D)`` after the encoder and, for ``pool='cls'``, the final LayerNorm."""
         x, biases = self._tokens(images)
-        return self.norm(self.encoder(x, biases))
+        return self.norm(self.encoder(x, biases, self._ropes(images)))
 
     def forward_head(
         self, tokens: Tensor, pre_logits: bool = False
@@ -234,7 +165,12 @@ class VisionTransformer(Classifier, nn.Module):
         With a distillation token: ``(class logits, distillation logits)`` in training, their
         mean in eval, as DeiT and timm (the paper, Section 4, adds the heads' softmax outputs);
         its pre-logits are the mean of the two tokens, as timm's ``VisionTransformerDistilled``."""
-        pooled = self.fc_norm(_POOLS[self.global_pool](tokens))
+        p = 0 if self.config.pool_include_prefix else self.num_prefix_tokens
+        if self.global_pool == "map":
+            pooled = self.attn_pool(tokens[:, p:])
+        else:
+            pooled = _POOLS[self.global_pool](tokens, p)
+        pooled = self.fc_norm(pooled)
         if self.head_dist is None:
             return pooled if pre_logits else self.head(pooled)
         if pre_logits:
@@ -249,17 +185,20 @@ class VisionTransformer(Classifier, nn.Module):
     def attention_maps(self, images: Tensor) -> list[Tensor]:
         """The attention weights of every block: a list of ``depth`` tensors ``(B, h, T, T)``."""
         x, biases = self._tokens(images)
-        return self.encoder.forward_with_weights(x, biases)[1]
+        return self.encoder.forward_with_weights(x, biases, self._ropes(images))[1]
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters exempt from weight decay: prefix tokens, position tables."""
-        exempt = ("cls_token", "dist_token", "pos_embed.")
+        exempt = ("cls_token", "dist_token", "reg_token", "pos_embed.")
         return {name for name, _ in self.named_parameters() if name.startswith(exempt)}
 
     def _start(self, images: Tensor) -> tuple[Tensor, list]:
         x, biases = self._tokens(images)
-        biases = biases or [None] * len(self.encoder.blocks)
-        return x, [partial(block, attn_bias=b) for block, b in zip(self.encoder.blocks, biases)]
+        n = len(self.encoder.blocks)
+        per_block = zip(
+            self.encoder.blocks, biases or [None] * n, self._ropes(images) or [None] * n
+        )
+        return x, [partial(block, attn_bias=b, rope=r) for block, b, r in per_block]
 
     def _normed(self, i: int, x: Tensor) -> Tensor:
         return self.norm(x)
@@ -298,6 +237,8 @@ class VisionTransformer(Classifier, nn.Module):
         self.encoder.blocks = self.encoder.blocks[: last + 1]
         if self.config.pos_embed == "relative":
             self.pos_embed = self.pos_embed[: last + 1]  # one table per block
+        if self.config.rope == "mixed":
+            self.rope = self.rope[: last + 1]
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
@@ -311,12 +252,16 @@ class VisionTransformer(Classifier, nn.Module):
         if self.head_dist is not None and global_pool == "":
             raise ValueError("a distilled model pools its two tokens: global_pool='' is refused")
         super().reset_classifier(num_classes, global_pool)
+        if global_pool == "" and hasattr(self, "attn_pool"):
+            del self.attn_pool  # as timm's: no pooling, no attention pool
         if self.head_dist is not None:
             self.head_dist = new_head(self.num_features, num_classes, self, zero=False)
 
 
-#: Pooling by ``global_pool``: the class token, the mean, or none (every token).
-_POOLS = {"token": lambda t: t[:, 0], "avg": lambda t: t.mean(dim=1), "": lambda t: t}
+#: Pooling by ``global_pool``: the class token, the mean, or none (every token); ``'map'``,
+#: :class:`~vit_tutorial.modern.AttentionPool`, is a module of the model.
+#: ``p``: the prefix tokens the mean leaves out (all unless ``pool_include_prefix``).
+_POOLS = {"token": lambda t, p: t[:, 0], "avg": lambda t, p: t[:, p:].mean(1), "": lambda t, p: t}
 
 
 #: The models of the ViT paper's Table 1 and DeiT's tiny and small, at 224×224 and 1000 classes.
@@ -362,36 +307,3 @@ def vit_flops(config: ViTConfig) -> int:
     patches = 2 * N * config.in_channels * ph * pw * D
     block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + 2 * 2 * T * D * hidden
     return patches + config.depth * block + (1 + int(config.distilled)) * 2 * D * config.num_classes
-
-
-def attention_rollout(maps: list[Tensor], residual: float = 0.5) -> Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each token draws on each input.
-
-    Per block, average the heads, mix in the identity for the residual connection
-    (``residual · I + (1 - residual) · A``), renormalise the rows, and multiply the blocks:
-    ``R = Â_L ··· Â_2 Â_1``, ``(B, T, T)``, its row ``t`` for output token ``t``.
-
-    Args:
-        maps: the blocks' attention weights ``(B, h, T, T)``, from
-            :meth:`VisionTransformer.attention_maps` (or an axial ViT's, one per layer, or one
-            Swin stage's; not Swin's across stages, which see different tokens: ``ValueError``).
-        residual: weight of the identity, in ``[0, 1]``.
-
-    Example:
-        >>> attention_rollout([torch.full((1, 2, 4, 4), 0.25)] * 3)[0, 0]  # uniform, 3 blocks
-        tensor([0.3438, 0.2188, 0.2188, 0.2188])
-    """
-    if not maps:
-        raise ValueError("attention_rollout needs the maps of at least one block")
-    if len(tokens := {a.shape[-1] for a in maps}) > 1:
-        raise ValueError(
-            f"attention rollout multiplies the blocks' maps, so they must be over the same "
-            f"tokens; got maps over {sorted(tokens, reverse=True)} tokens (Swin merges tokens "
-            f"between stages: a token of one stage stands for up to four of the one before)"
-        )
-    check_real("residual", residual, 0.0, 1.0)
-    result = eye = torch.eye(maps[0].shape[-1], device=maps[0].device)  # (T, T)
-    for a in maps:
-        a = (1 - residual) * a.mean(dim=1) + residual * eye  # (B, T, T)
-        result = (a / a.sum(dim=-1, keepdim=True)) @ result
-    return result

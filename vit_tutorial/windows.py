@@ -310,7 +310,7 @@ class SwinBlock(nn.Module):
         self.attn = trusted(WindowAttention, o.dim, window_size, o.num_heads, o.qkv_bias)
         self.drop_path1 = trusted(DropPath, drop_path)
         self.norm2 = nn.LayerNorm(o.dim, eps=o.norm_eps)
-        self.mlp = o.mlp()
+        self.mlp = o.feed_forward()
         self.drop_path2 = trusted(DropPath, drop_path)
 
     def shifts(self, height: int, width: int) -> tuple[int, int]:

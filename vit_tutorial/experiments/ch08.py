@@ -292,6 +292,8 @@ def run(
     num_workers: int = 0,
     save_to: str | Path | None = None,
     history_points: int = HISTORY_POINTS,
+    build: Callable[[], nn.Module] | None = None,
+    probe: Callable[[nn.Module, Any], dict] | None = None,
 ) -> dict[str, Any]:
     """Train the run ``spec`` describes (``device``, ``amp``: :func:`~vit_tutorial.engine.fit`'s):
     ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
@@ -299,7 +301,9 @@ def run(
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
     ``history`` is the learning curve at ``history_points`` steps spread evenly over the run
     (:func:`history_steps`, :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`);
-    scoring it, ``history_seconds``, changes no weight."""
+    scoring it, ``history_seconds``, changes no weight. A later chapter's run passes ``build``
+    (its model, drawn after the same seed as ``spec.model``'s) and ``probe`` (measures of the
+    trained model on the data, ``probe(model, data)``, added to the result)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     _check_save_to(save_to)
@@ -314,8 +318,12 @@ def run(
         batch_transform=_mix() if augmentation.batch else None,
     )
     torch.manual_seed(spec.seed)
-    model = build_model(
-        spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
+    model = (
+        build()
+        if build is not None
+        else build_model(
+            spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
+        )
     )
     settings = spec.settings
     steps = settings.epochs * len(data.train_loader)
@@ -339,6 +347,8 @@ def run(
         "history_seconds": round(loader.seconds, 2),
     }
     result["eval_seconds"] = round(time.perf_counter() - tic, 2)
+    if probe is not None:
+        result.update(probe(model, data))
     if save_to is not None:
         save_checkpoint(save_to, model)
     return result

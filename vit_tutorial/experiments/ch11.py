@@ -1,0 +1,168 @@
+"""Chapter 11's experiments: the mid-2020s changes to the ViT, one at a time, on Fashion-MNIST.
+
+**The ladder.** Chapter 8's plain ViT (``ch08.VIT_MODEL``: 4×4 patches, width 64, 4 blocks, mean
+pooling) at the short study's budget, each rung adding one change to the rung above, in the order
+of ViT-5's ablation (arXiv 2602.08071): :data:`RUNGS`. Then SwiGLU on the last rung, with
+and without LayerScale (:data:`SWIGLU_ROWS`), its hidden width 2/3 of the MLP's, so the
+parameters match. Every run is ``ch08.run``: the same data, seeds, steps, optimiser and learning
+curve as chapter 8's runs, the baseline's model drawn exactly as its ``'vit'``.
+
+**The probe** (:func:`probe`): after training, on the first :data:`PROBE_IMAGES` validation
+images, the largest attention logit ``q·k/√d`` of each block (what QK-norm bounds), and the
+norms of the tokens leaving the last block (the high-norm outliers registers absorb).
+
+Example:
+    >>> LadderSpec("+qk-norm", train_size=1000, seed=0).key
+    '+qk-norm-n1000-s0-t430'
+    >>> sorted(row_config("+qk-norm"))
+    ['init_values', 'norm', 'qk_norm']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vit_tutorial.experiments import ch08
+from vit_tutorial.validate import check_int
+from vit_tutorial.vit import VisionTransformer
+
+__all__ = [
+    "PROBE_IMAGES",
+    "ROWS",
+    "RUNGS",
+    "SHORT_STEPS",
+    "SWIGLU_ROWS",
+    "LadderSpec",
+    "build_row",
+    "probe",
+    "row_config",
+    "run",
+]
+
+#: The short study's budget (chapter 8): 430 steps of 128 images, a fifth of an epoch of the
+#: full training set; the runs measure how fast each model fits, not where it ends.
+SHORT_STEPS = 430
+#: Each rung adds its change to every rung above it (ViT-5's ablation order). LayerScale starts
+#: at 1e-5, DINOv2's and timm's test models' value (DeiT III: 1e-6 for ViT-S, 1e-5 deeper).
+RUNGS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "+layerscale": {"init_values": 1e-5},
+    "+rmsnorm": {"norm": "rmsnorm"},
+    "+qk-norm": {"qk_norm": True},
+    "+rope": {"rope": "axial"},  # 2D RoPE in every block, beside the learned table
+    "+registers": {"reg_tokens": 4},
+    "-qkv-bias": {"qkv_bias": False},
+}
+_SWIGLU = {"mlp": "swiglu", "mlp_ratio": ch08.VIT_MODEL["mlp_ratio"] * 2 / 3}
+#: SwiGLU on the last rung, with its LayerScale and without.
+SWIGLU_ROWS: dict[str, dict[str, Any]] = {
+    "+swiglu": _SWIGLU,
+    "+swiglu-layerscale": {**_SWIGLU, "init_values": None},
+}
+ROWS = (*RUNGS, *SWIGLU_ROWS)
+#: Validation images the probe looks at.
+PROBE_IMAGES = 512
+
+
+def row_config(row: str) -> dict[str, Any]:
+    """The ViT options of ``row`` of :data:`ROWS` beyond chapter 8's model: the changes of
+    its rung and every rung above it (a SwiGLU row: of the last rung, then its own)."""
+    if row not in ROWS:
+        raise ValueError(f"unknown row {row!r}; expected one of {list(ROWS)}")
+    options: dict[str, Any] = {}
+    for rung, change in RUNGS.items():
+        options.update(change)
+        if rung == row:
+            return options
+    return {**options, **SWIGLU_ROWS[row]}
+
+
+def build_row(row: str) -> VisionTransformer:
+    """A fresh ViT of ``row`` for 28×28 grey images and 10 classes (``ch08.build_model('vit')``
+    with the row's options)."""
+    options = {**ch08.VIT_MODEL, **row_config(row)}
+    return VisionTransformer(image_size=28, in_channels=1, num_classes=10, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderSpec:
+    """One run of the ladder: its row, training-set size, seed and step budget."""
+
+    row: str
+    train_size: int = ch08.FULL_TRAIN_SIZE
+    seed: int = 0
+    steps: int = SHORT_STEPS
+
+    def __post_init__(self) -> None:
+        row_config(self.row)  # ValueError for an unknown row
+        bounds = {"train_size": (10, ch08.FULL_TRAIN_SIZE), "seed": (0, None), "steps": (1, None)}
+        for name, (low, high) in bounds.items():
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low, high))
+
+    @property
+    def key(self) -> str:
+        """A name unique to the run, e.g. ``+rope-n1000-s2-t430``."""
+        return f"{self.row}-n{self.train_size}-s{self.seed}-t{self.steps}"
+
+
+def run(spec: LadderSpec, **options: Any) -> dict[str, Any]:
+    """Train ``spec``'s row with ``ch08.run`` (``options``: its keywords, e.g. ``device``,
+    ``history_points``) and :func:`probe` the trained model: ``ch08.run``'s result with the
+    row, its options and the probe's measures."""
+    base = ch08.RunSpec("vit", spec.train_size, spec.seed, spec.steps)
+    result = ch08.run(base, build=lambda: build_row(spec.row), probe=probe, **options)
+    result.update(row=spec.row, key=spec.key, options=row_config(spec.row))
+    return result
+
+
+def _quantiles(norms: Tensor) -> list[float]:
+    """Median, 99th percentile and maximum, to 4 digits."""
+    q = torch.quantile(norms.flatten().float(), torch.tensor([0.5, 0.99]))
+    return [round(v, 4) for v in (*q.tolist(), norms.max().item())]
+
+
+@torch.no_grad()
+def probe(model: VisionTransformer, data: Any, images: int = PROBE_IMAGES) -> dict[str, Any]:
+    """Measures of a trained ViT on the first ``images`` validation images of ``data``:
+    ``max_attention_logit``, the largest ``q·k/√d`` of each block (after QK-norm and RoPE: the
+    scores the softmax sees); ``token_norms``, the median, 99th percentile and maximum norm of
+    the patch tokens and of the prefix tokens leaving the last block, before the final norm."""
+    batches, seen = [], 0
+    for x, _ in data.val_loader:
+        batches.append(x)
+        seen += len(x)
+        if seen >= images:
+            break
+    x = torch.cat(batches)[:images].to(next(model.parameters()).device)
+    logits: list[float] = []
+
+    def record(attn: nn.Module, args: tuple) -> None:  # the attention's (x, bias, rope)
+        q, k, _ = attn._heads(args[0], args[2] if len(args) > 2 else None)
+        scores = (q @ k.transpose(-2, -1)) / attn.head_dim**0.5
+        logits.append(round(scores.max().item(), 4))
+
+    mode = model.training
+    model.eval()
+    hooks = [b.attn.register_forward_pre_hook(record) for b in model.encoder.blocks]
+    try:
+        tokens, blocks = model._start(x)  # (B, p + N, D), each block with its bias and RoPE
+        for block in blocks:
+            tokens = block(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(mode)
+    p = model.num_prefix_tokens
+    norms = tokens.norm(dim=-1)  # (B, p + N)
+    return {
+        "max_attention_logit": logits,
+        "token_norms": {
+            "patches": _quantiles(norms[:, p:]),
+            "prefix": _quantiles(norms[:, :p]) if p else None,
+        },
+        "probe_images": len(x),
+    }
