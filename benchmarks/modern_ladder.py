@@ -7,13 +7,17 @@ change to the row above, then SwiGLU on the last, with LayerScale and without. S
 55,000 training images, seeds 0 to 2, 430 steps (the short study of chapter 8): 54 runs, about
 two CPU-hours with one thread each (``--jobs 2`` halves the time on two cores).
 
+Two more parts (``--parts``): ``qk-norm``, the baseline and QK-norm alone (``ch11.CONTROLS``)
+at the learning rates ``ch11.QK_RATES``, 55,000 images (21 more runs), and ``patch-drop``, the
+baseline with patch dropout 0.5 at both sizes (6 more).
+
 Each run is one line of a JSON-lines log (``--log``, default the result file with ``.jsonl``),
 written as it finishes: a run already in the log is not run again, so an interrupted ladder
 resumes; ``--summarize-only`` summarises the log without running. The summary (per row and
 size: the per-seed test and validation accuracy, final training loss, largest attention logit
 and token norms, their median) goes to ``benchmarks/results/modern_ladder.json`` with its
-provenance. ``--quick``: two rows, 300 images, 20 steps, one seed, on the CPU: the code path
-only, written only with ``--out``.
+provenance. ``--quick``: every part at 300 images, 20 steps, one seed, on the CPU (two rungs,
+the QK-norm pair at the highest rate): the code path only, written only with ``--out``.
 
 Usage: ``python benchmarks/modern_ladder.py [--rows ...] [--jobs 2] [--device cuda]``
 """
@@ -38,6 +42,19 @@ from vit_tutorial.experiments.ch08 import BATCH_SIZE, FULL_TRAIN_SIZE, HISTORY_P
 from _results import RESULTS, arguments, provenance, setup, write_json
 
 DEFAULT_OUT = RESULTS / "modern_ladder.json"
+PARTS = ("ladder", "qk-norm", "patch-drop")
+
+
+def specs(part: str, rows, sizes, seeds, steps, rates=ch11.QK_RATES) -> list[ch11.LadderSpec]:
+    """The runs of ``part``: the ladder's ``rows`` at ``sizes``; the controls (see above)."""
+    if part == "ladder":
+        grid = [(row, size, None) for size in sizes for row in rows]
+    elif part == "qk-norm":
+        rows = ("baseline", "qk-norm-alone")
+        grid = [(row, max(sizes), lr) for lr in rates for row in rows]
+    else:
+        grid = [(row, size, None) for size in sizes for row in ("baseline", "patch-drop")]
+    return [ch11.LadderSpec(r, n, s, steps, lr) for r, n, lr in grid for s in seeds]
 
 
 def _work(job: tuple[ch11.LadderSpec, dict]) -> dict:
@@ -74,13 +91,17 @@ def run_all(specs: list[ch11.LadderSpec], options: dict, log: Path, jobs: int) -
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Per row and training-set size: the per-seed measures (seed order) and their median."""
+    """Per row, training-set size and learning rate: the per-seed measures (seed order) and
+    their median."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["row"], row["train_size"]), []).append(row)
+        lr = row.get("lr", ch11.ch08.FIT.lr)
+        groups.setdefault((row["row"], row["train_size"], lr), []).append(row)
     order = {name: i for i, name in enumerate(ch11.ROWS)}
     summary = []
-    for (name, size), group in sorted(groups.items(), key=lambda g: (g[0][1], order[g[0][0]])):
+    for (name, size, lr), group in sorted(
+        groups.items(), key=lambda g: (g[0][2], g[0][1], order[g[0][0]])
+    ):
         group.sort(key=lambda r: r["seed"])
         per_seed = {
             key: [r[key] for r in group]
@@ -90,6 +111,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             {
                 "row": name,
                 "train_size": size,
+                "lr": lr,
                 "seeds": [r["seed"] for r in group],
                 **per_seed,
                 **{f"median_{k}": statistics.median(v) for k, v in per_seed.items()},
@@ -107,7 +129,10 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", nargs="+", choices=ch11.ROWS, default=list(ch11.ROWS))
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=["ladder"])
+    parser.add_argument(
+        "--rows", nargs="+", choices=ch11.ROWS, default=None, help="the ladder's (default: all)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, FULL_TRAIN_SIZE])
     parser.add_argument("--steps", type=int, default=ch11.SHORT_STEPS)
@@ -119,9 +144,11 @@ def main() -> int:
     parser.add_argument("--summarize-only", action="store_true", help="run nothing")
     arguments(parser, DEFAULT_OUT)
     args = parser.parse_args()
-    if args.quick:
+    args.rows = args.rows or [*ch11.RUNGS, *ch11.SWIGLU_ROWS]
+    rates = ch11.QK_RATES
+    if args.quick:  # every part: 2 rungs, the QK-norm pair at the highest rate, patch dropout
         args.rows, args.seeds, args.sizes, args.steps = ["baseline", "-qkv-bias"], [0], [300], 20
-        args.device, args.history_points = "cpu", 2
+        args.device, args.history_points, args.parts, rates = "cpu", 2, PARTS, rates[-1:]
     out = setup(args, DEFAULT_OUT)
     log = args.log or (out.with_suffix(".jsonl") if out else Path(tempfile.mkdtemp()) / "log")
     options = {
@@ -129,18 +156,16 @@ def main() -> int:
         "data_root": args.data_root,
         "history_points": args.history_points,
     }
-    specs = [
-        ch11.LadderSpec(row, size, seed, args.steps)
-        for size in args.sizes
-        for seed in args.seeds
-        for row in args.rows
-    ]
-    wanted = {s.key for s in specs}
+    wanted_specs = {}
+    for part in args.parts:
+        for spec in specs(part, args.rows, args.sizes, args.seeds, args.steps, rates):
+            wanted_specs[spec.key] = spec
+    wanted = set(wanted_specs)
     tic = time.perf_counter()
     if args.summarize_only:
         rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     else:
-        rows = run_all(specs, options, log, args.jobs)
+        rows = run_all(list(wanted_specs.values()), options, log, args.jobs)
     rows = [r for r in rows if r["key"] in wanted]
     missing = sorted(wanted - {r["key"] for r in rows})
     print(f"{len(rows)} runs in {time.perf_counter() - tic:.0f} s (this invocation)")
@@ -154,6 +179,7 @@ def main() -> int:
         },
         "missing_runs": missing,
         "budget": {"steps": args.steps, "batch_size": BATCH_SIZE},
+        "parts": args.parts,
         "rows": args.rows,
         "sizes": args.sizes,
         "configurations": summarize(rows),
@@ -161,7 +187,7 @@ def main() -> int:
     }
     for row in record["configurations"]:
         accuracies = " ".join(f"{100 * a:.2f}" for a in row["test_accuracy"])
-        print(f"{row['row']:20s} n={row['train_size']:>5} test % {accuracies}")
+        print(f"{row['row']:20s} n={row['train_size']:>5} lr={row['lr']:g} test % {accuracies}")
     if out is not None:
         write_json(out, record)
         print(f"wrote {out}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_tutorial.experiments import ch06
+from vit_tutorial.experiments import ch06, ch11
 from vit_tutorial.files import sha256
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -559,3 +559,31 @@ def test_committed_appendix_timings_are_a_quiet_full_run():
     check_provenance(record, "appendix_timings.py", [0])
     assert record["provenance"]["git_dirty"] is False, "rerun from a committed tree"
     check_appendix_record(record)
+
+
+@pytest.mark.slow
+def test_modern_ladder_quick(tmp_path):
+    record = run_quick("modern_ladder.py", tmp_path / "ladder.json")
+    assert record["benchmark"] == "modern_ladder" and record["quick"] is True
+    check_provenance(record, "modern_ladder.py", [0])
+    assert record["missing_runs"] == [] and record["parts"] == ["ladder", "qk-norm", "patch-drop"]
+    keys = {r["key"] for r in record["runs"]}
+    assert keys == {
+        "baseline-n300-s0-t20",
+        "-qkv-bias-n300-s0-t20",
+        "patch-drop-n300-s0-t20",
+        "baseline-n300-s0-t20-lr0.1",
+        "qk-norm-alone-n300-s0-t20-lr0.1",
+    }
+    for r in record["runs"]:
+        assert r["options"] == ch11.row_config(r["row"])
+        assert len(r["max_attention_logit"]) == 4  # one per block
+        patches = r["token_norms"]["patches"]
+        assert patches[0] <= patches[1] <= patches[2]  # median, 99th percentile, maximum
+        assert (r["token_norms"]["prefix"] is None) == (r["row"] != "-qkv-bias")  # registers
+        assert r["code"]["git_commit"] == record["provenance"]["git_commit"]
+    last = next(r for r in record["runs"] if r["row"] == "-qkv-bias")
+    assert last["options"]["reg_tokens"] == 4 and last["options"]["qkv_bias"] is False
+    configurations = {(c["row"], c["lr"]) for c in record["configurations"]}
+    assert ("baseline", 0.1) in configurations and ("baseline", 0.002) in configurations
+    assert len(record["configurations"]) == len(keys)  # one seed: one row each

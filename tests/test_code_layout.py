@@ -33,12 +33,18 @@ MAX_MODULE_LINES = 400
 #: axial ViT and Swin, the registry (``registry.py``, 69) and window attention folded into the
 #: head axis: 590 lines net, 6,358 in all, after the copies it made redundant went (Swin's own
 #: validation, the families' preset lookups, ``replace_head``'s head).
-MAX_CORE_LINES = 6360
-#: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings.
-UNCAPPED = ("experiments", "figures.py")
+#: Issue 35 adds the ViT of the mid-2020s (chapter 11): LayerScale, SwiGLU, RMSNorm and QK-norm
+#: in the block, registers, RoPE in every block, the MAP head and patch dropout in the model
+#: (``modern.py``, 130 lines; the ViT's config moved to ``config.py``), and the conversion of
+#: timm's models with them and of its RoPE ViTs (``from_timm_eva``): 457 lines, 6,817 in all.
+MAX_CORE_LINES = 6820
+#: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings
+#: (``figures_modern.py``, chapter 11's map, is a drawing too: the second module of drawings
+#: now that ``figures.py`` is near MAX_MODULE_LINES).
+UNCAPPED = ("experiments", "figures.py", "figures_modern.py")
 #: Modules that define layers and models: they know nothing of how they are trained.
 MODEL_MODULES = ["attention", "patches", "positional", "encoder", "vit", "axial", "interop", "mae"]
-MODEL_MODULES += ["windows", "swin", "swin_interop", "registry"]
+MODEL_MODULES += ["windows", "swin", "swin_interop", "registry", "config", "modern"]
 
 
 def _name(path):

@@ -17,10 +17,17 @@ from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
 from vit_tutorial.exercises.data_efficiency import _distillation_loss, _mixup
+from vit_tutorial.exercises.modern import (
+    _largest_qk_norm_logit,
+    _layer_scale_count,
+    _map_shapes,
+    _prefix_to_grid,
+)
 from vit_tutorial.exercises.pretraining import _decoder_tokens
 from vit_tutorial.experiments.ch08 import resnet18_greyscale
 from vit_tutorial.losses import HardDistillation, masked_patch_loss
 from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
+from vit_tutorial.modern import AttentionPool
 from vit_tutorial.patches import image_to_patches, patches_to_image
 from vit_tutorial.positional import (
     RelativePositionBias,
@@ -249,6 +256,22 @@ def relative_index_with(mistake):
     return fn
 
 
+def prefix_to_grid(tokens, num_prefix_tokens, grid_size):
+    """The patch tokens after every prefix token, as timm's forward_intermediates lays them out."""
+    return rearrange(tokens[:, num_prefix_tokens:], "b (h w) d -> b d h w", h=grid_size[0])
+
+
+def map_head_shapes(batch, tokens, dim, heads):
+    """The MAP head's shapes by formula: one learned query (L = 1) per head, d = D/h."""
+    d = dim // heads
+    return {
+        "queries": (batch, heads, 1, d),
+        "keys": (batch, heads, tokens, d),
+        "weights": (batch, heads, 1, tokens),
+        "pooled": (batch, dim),
+    }
+
+
 REFERENCES = {
     "check_attention": multi_head,
     "check_masked_attention": masked,
@@ -294,6 +317,10 @@ REFERENCES = {
     "check_shift_mask": official_shift_mask,
     "check_window_relative_index": official_relative_index,
     "check_window_flops_prediction": 482 / 6656,  # (4C + 2M²) / (4C + 2hw), 56×56, C = 96
+    "check_prefix_to_grid": prefix_to_grid,
+    "check_layer_scale_parameters": lambda dim, depth: 2 * dim * depth,  # ls1, ls2 per block
+    "check_map_head_shapes": map_head_shapes,
+    "check_qk_norm_logit_prediction": 8.0,  # √d: LayerNorm'd q and k have norm √64 each
 }
 CHECKERS = sorted(exercises.__all__)
 
@@ -368,6 +395,7 @@ FLOAT64 = {
     "check_decoder_tokens": lambda latent, token, ids: package_decoder_tokens(
         latent.double(), token.double(), ids
     ),
+    "check_prefix_to_grid": lambda tokens, p, grid: prefix_to_grid(tokens.double(), p, grid),
 }
 
 
@@ -511,6 +539,65 @@ def test_the_decoder_tokens_reference_is_forward_decoders(seed):
     want = package_decoder_tokens(latent, mask_token, ids_restore)
     torch.testing.assert_close(_decoder_tokens(latent, mask_token, ids_restore), want)
     assert torch.equal(want[0, ids_restore[0] >= 4], mask_token[0].expand(5, -1))
+
+
+@pytest.mark.parametrize("variant", ["transpose, reshape", "the last N", "NHWC permuted"])
+def test_check_prefix_to_grid_accepts_other_ways_to_write_it(variant):
+    def grid(tokens, p, grid_size):
+        patches = tokens[:, tokens.shape[1] - grid_size[0] * grid_size[1] :]  # the last N
+        if variant == "the last N":
+            return rearrange(patches, "b (h w) d -> b d h w", h=grid_size[0])
+        if variant == "NHWC permuted":
+            return tokens[:, p:].reshape(len(tokens), *grid_size, -1).permute(0, 3, 1, 2)
+        return tokens[:, p:].transpose(1, 2).reshape(len(tokens), -1, *grid_size)
+
+    exercises.check_prefix_to_grid(grid)
+
+
+@pytest.mark.parametrize("kind", [list, torch.Size])
+def test_check_map_head_shapes_accepts_lists_and_torch_sizes(kind):
+    exercises.check_map_head_shapes(
+        lambda *args: {name: kind(shape) for name, shape in map_head_shapes(*args).items()}
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Chapter 11's references are measured on the package's model
+
+
+def test_the_grid_reference_is_forward_intermediates_of_a_vit_with_registers():
+    torch.manual_seed(0)
+    images = torch.randn(2, 1, 8, 6)  # a 4×3 grid of 2×2 patches
+    model = tiny_vit(image_size=(8, 6), patch_size=2, reg_tokens=3, depth=2).eval()
+    seen = []
+    hook = model.encoder.blocks[-1].register_forward_hook(lambda m, args, out: seen.append(out))
+    with torch.no_grad():
+        want = model.forward_intermediates(images, indices=1, intermediates_only=True)[0]
+    hook.remove()
+    assert model.num_prefix_tokens == 4 and want.shape == (2, 16, 4, 3)
+    torch.testing.assert_close(_prefix_to_grid(seen[0], 4, (4, 3)), want, rtol=0, atol=0)
+    torch.testing.assert_close(prefix_to_grid(seen[0], 4, (4, 3)), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dim, depth", [(16, 1), (64, 3)])
+def test_the_layer_scale_count_is_the_gammas_of_the_model(dim, depth):
+    model = tiny_vit(dim=dim, depth=depth, init_values=1e-5)
+    gammas = sum(p.numel() for name, p in model.named_parameters() if ".ls" in name)
+    assert _layer_scale_count(dim, depth) == gammas == 2 * dim * depth
+
+
+def test_the_map_shapes_are_those_of_attention_pool():
+    pool, x = AttentionPool(dim=24, num_heads=3), torch.randn(2, 7, 24)
+    shapes = _map_shapes(2, 7, 24, 3)
+    assert shapes == map_head_shapes(2, 7, 24, 3)
+    assert shapes["weights"] == pool.weights(x).shape and shapes["pooled"] == pool(x).shape
+
+
+@pytest.mark.parametrize("head_dim", [16, 64])
+def test_the_largest_qk_norm_logit_is_the_square_root_of_the_head_width(head_dim):
+    normed, raw = _largest_qk_norm_logit(head_dim, 1e4)
+    assert normed == pytest.approx(math.sqrt(head_dim), rel=1e-5)
+    assert raw == pytest.approx(1e8 / math.sqrt(head_dim), rel=1e-5)  # |q|² / √d without it
 
 
 # ---------------------------------------------------------------------------------------
@@ -880,6 +967,40 @@ def decoder_tokens_with(mistake):
     return tokens
 
 
+def grid_with(mistake):
+    """The patch grid of chapter 11 with one usual mistake."""
+
+    def grid(tokens, p, grid_size):
+        (gh, gw), n = grid_size, grid_size[0] * grid_size[1]
+        x = {
+            "no drop": tokens,
+            "class only": tokens[:, 1:],
+            "class only, sliced": tokens[:, 1 : 1 + n],
+            "last p": tokens[:, :n],
+        }.get(mistake, tokens[:, p:])
+        return {
+            "channels last": lambda: rearrange(x, "b (h w) d -> b h w d", h=gh),
+            "reshape": lambda: x.reshape(len(x), -1, gh, gw),
+            "column-major": lambda: rearrange(x, "b (w h) d -> b d h w", h=gh),
+            "axes swapped": lambda: rearrange(x, "b (h w) d -> b d w h", h=gh),
+            "(Gw, Gh)": lambda: x.transpose(1, 2).reshape(len(x), -1, gw, gh),
+            "zeros": lambda: torch.zeros(len(x), x.shape[-1], gh, gw),
+            "numpy": lambda: prefix_to_grid(tokens, p, grid_size).numpy(),
+        }.get(mistake, lambda: prefix_to_grid(x, 0, grid_size))()
+
+    return grid
+
+
+def map_shapes_with(**wrong):
+    """The MAP head's shapes with the entries of ``wrong``, each a function of (B, T, D, h, d)."""
+
+    def shapes(B, T, D, h):
+        made = {name: at(B, T, D, h, D // h) for name, at in wrong.items()}
+        return {**map_head_shapes(B, T, D, h), **made}
+
+    return shapes
+
+
 def post_norm(block, x):
     x = block.norm1(x + block.attn(x))
     return block.norm2(x + block.mlp(x))
@@ -1141,6 +1262,66 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_window_relative_index", relative_index_with("no offset"), "forgot to add M - 1"),
     ("check_window_relative_index", relative_index_with("key - query"), "key minus query"),
     ("check_window_relative_index", relative_index_with("float"), "must hold integers"),
+    ("check_prefix_to_grid", grid_with("no drop"), "right without prefix tokens"),
+    ("check_prefix_to_grid", grid_with("class only"), "class token and 4 registers come first"),
+    ("check_prefix_to_grid", grid_with("class only, sliced"), "dropped the class token only"),
+    ("check_prefix_to_grid", grid_with("last p"), "dropped the last 5"),
+    ("check_prefix_to_grid", grid_with("channels last"), "that is channels-last"),
+    ("check_prefix_to_grid", grid_with("reshape"), "a reshape is not a transpose"),
+    ("check_prefix_to_grid", grid_with("column-major"), "filled the grid column by column"),
+    ("check_prefix_to_grid", grid_with("axes swapped"), "the grid is transposed, (Gw, Gh)"),
+    ("check_prefix_to_grid", grid_with("(Gw, Gh)"), "got shape (2, 4, 7, 3)"),
+    ("check_prefix_to_grid", grid_with("zeros"), "the shape is right but not the values"),
+    ("check_prefix_to_grid", grid_with("numpy"), "return a tensor, got ndarray"),
+    ("check_layer_scale_parameters", lambda dim, depth: dim * depth, "one γ per block"),
+    ("check_layer_scale_parameters", lambda dim, depth: 2 * depth, "not one number per branch"),
+    ("check_layer_scale_parameters", lambda dim, depth: dim, "one γ for the whole model"),
+    ("check_layer_scale_parameters", lambda dim, depth: 2 * dim, "that is one block's two"),
+    ("check_layer_scale_parameters", lambda dim, depth: 2 * dim**2 * depth, "diag(λ)"),
+    ("check_layer_scale_parameters", lambda dim, depth: 3 * dim * depth, "expected 384, got 576"),
+    ("check_layer_scale_parameters", lambda dim, depth: 2.0 * dim * depth, "return an int"),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(queries=lambda B, T, D, h, d: (B, h, T, d)),
+        "T rows of queries as in self-attention",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(weights=lambda B, T, D, h, d: (B, h, T, T)),
+        "a T × T map as in self-attention",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(pooled=lambda B, T, D, h, d: (B, 1, D)),
+        "the query axis is still there",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(queries=lambda B, T, D, h, d: (B, h, 1, D)),
+        "'queries': expected (2, 4, 1, 8), got (2, 4, 1, 32); the heads split D",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(keys=lambda B, T, D, h, d: (B, h, T, D)),
+        "'keys': expected (2, 4, 10, 8), got (2, 4, 10, 32); the heads split D",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(queries=lambda B, T, D, h, d: (1, h, 1, d)),
+        "it is expanded to B",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(weights=lambda B, T, D, h, d: (B, h, T, 1)),
+        "one row per query, one column per key",
+    ),
+    (
+        "check_map_head_shapes",
+        map_shapes_with(pooled=lambda B, T, D, h, d: torch.zeros(B, D)),
+        "return a shape, a tuple of ints, got Tensor",
+    ),
+    ("check_map_head_shapes", lambda B, T, D, h: {"queries": (B, h, 1, D // h)}, "lacks ['keys'"),
+    ("check_map_head_shapes", lambda B, T, D, h: [(B, D)], "return a dict of shapes"),
 ]
 
 
@@ -1324,6 +1505,12 @@ def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
         ("check_window_flops_prediction", 398 / 6656, "M for M²"),
         ("check_window_flops_prediction", 0.97, "the side of the grid"),
         ("check_window_flops_prediction", 0.054, "at C = 64"),
+        ("check_qk_norm_logit_prediction", 10, "within ±5%"),
+        ("check_qk_norm_logit_prediction", 64, "64 is q·k itself"),
+        ("check_qk_norm_logit_prediction", 1, "the bound of unit vectors"),
+        ("check_qk_norm_logit_prediction", 0.125, "a vector's norm is √d, not 1"),
+        ("check_qk_norm_logit_prediction", float("inf"), "QK-norm bounds it"),
+        ("check_qk_norm_logit_prediction", 1e9, "QK-norm bounds it"),
     ],
 )
 def test_prediction_checkers_reject_a_wrong_prediction_and_name_the_slip(name, wrong, slip):

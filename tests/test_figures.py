@@ -1,5 +1,5 @@
-"""The teaching drawings of vit_tutorial/figures.py, and the intro's map drawn from them
-(tools/architecture_figure.py, book/images/vit_architecture.svg)."""
+"""The teaching drawings of vit_tutorial/figures.py and figures_modern.py, and the intro's map
+drawn from them (tools/architecture_figure.py, book/images/vit_architecture.svg)."""
 
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from vit_tutorial.figures import (  # noqa: E402
     draw_swin_map,
     draw_vit_map,
 )
+from vit_tutorial.figures_modern import draw_modern_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "book" / "images" / "vit_architecture.svg"
@@ -122,7 +123,9 @@ def test_the_encoder_block_names_the_package_modules_and_shapes():
     assert min(t.get_fontsize() for t in _texts(fig)) >= 9
 
 
-@pytest.mark.parametrize("draw", [draw_vit_map, draw_encoder_block, draw_swin_map])
+@pytest.mark.parametrize(
+    "draw", [draw_vit_map, draw_encoder_block, draw_swin_map, draw_modern_block]
+)
 def test_no_text_leaves_the_figure_or_overlaps_another(draw):
     fig = draw()
     fig.canvas.draw()  # lays out the legend
@@ -169,3 +172,61 @@ def test_the_swin_map_shows_four_shrinking_stages_beside_one_vit_resolution():
 def test_the_swin_map_draws_into_given_axes():
     fig, ax = plt.subplots(figsize=(7, 3.4))
     assert draw_swin_map(ax=ax) is fig
+
+
+# --- chapter 11's map: the block of 2020 beside the block of the mid-2020s -------------------
+
+
+def _bounds(patch):
+    """A patch's extent in data units (inches of the drawing), circles included."""
+    return patch.get_path().transformed(patch.get_patch_transform()).get_extents()
+
+
+def _columns(fig):
+    """``(old, new, floor)``: ``{bounds: parts}`` of the 2020 column and of the modern one,
+    split at the modern block's frame, and the bottom of that frame."""
+    (ax,) = fig.axes
+    (frame,) = [_bounds(p) for p in ax.patches if p.get_gid() == "frame:new"]
+    old, new = {}, {}
+    for patch, names in _parts(fig).items():
+        bounds = _bounds(patch)
+        (old if bounds.x0 < frame.x0 else new)[bounds] = (names, _face(patch))
+    return old, new, frame.y0
+
+
+def test_the_modern_block_colours_only_what_changed():
+    old, new, _ = _columns(draw_modern_block())
+    assert {face for _, face in old.values()} == {GREY[0]}  # 2020: nothing new
+    lit = {face for names, face in new.values() if names == ("new",)}
+    assert lit == {HIGHLIGHT[0]}
+    assert {face for names, face in new.values() if names != ("new",)} == {GREY[0]}
+    # two RMSNorms and the final one, QK-norm/RoPE, two LayerScales, SwiGLU, MAP head, registers
+    assert sum(names == ("new",) for names, _ in new.values()) == 3 + 1 + 2 + 1 + 1 + 4
+
+
+def test_the_modern_block_keeps_the_layout_of_2020_slot_for_slot():
+    old, new, floor = _columns(draw_modern_block())
+    old_ys, new_ys = ({round(b.y0, 6) for b in side if b.width > 1} for side in (old, new))
+    # the norms, attention, the MLP, the final norm and the head stand at the same heights;
+    # the modern block adds two LayerScales and QK-norm/RoPE inside attention
+    assert len(old_ys) == 6 and old_ys <= new_ys and len(new_ys - old_ys) == 3
+    for side, tokens, positions in ((old, 7, 7), (new, 10, 5)):  # the table: patches only
+        below = [round(b.height, 6) for b in side if b.y1 <= floor]
+        assert (below.count(0.2), below.count(0.22)) == (tokens, positions)
+
+
+def test_the_modern_block_draws_into_given_axes():
+    fig, ax = plt.subplots(figsize=(7, 5.6))
+    assert draw_modern_block(ax=ax) is fig
+    assert ax.patches
+
+
+def test_the_modern_block_draws_the_same_bytes_twice(tmp_path):
+    def draw(path):
+        with matplotlib.rc_context():
+            matplotlib.rcdefaults()
+            matplotlib.rcParams["svg.hashsalt"] = "modern-block"
+            draw_modern_block().savefig(path, format="svg", metadata={"Date": None})
+        return path.read_bytes()
+
+    assert draw(tmp_path / "a.svg") == draw(tmp_path / "b.svg")

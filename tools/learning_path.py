@@ -1,4 +1,4 @@
-"""Draw the book's learning path: chapters 1 to 9, the appendix and the modules each builds.
+"""Draw the book's learning path: chapters 1 to 11, the appendix and the modules each builds.
 
 The figure on the intro page (``book/images/learning_path.svg``). One row per chapter and per
 appendix, in the order of ``_toc.yml``: its number and title, the modules of ``vit_tutorial`` it
@@ -88,6 +88,12 @@ CHAPTERS = (
         "Attention in windows (Swin)",
         ("windows", "swin", "swin_interop"),
         ("attention", "axial", "measure", "positional", "experiments"),
+    ),
+    Chapter(
+        "book/11_modern_vit",
+        "The ViT of the mid-2020s",
+        ("modern", "encoder", "experiments.ch11"),  # LayerScale, SwiGLU in encoder
+        ("attention", "vit", "interop", "measure", "experiments"),
     ),
 )
 # The appendices, lettered A, B, ...: they build no module, they time those of the chapters.

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["PARTS", "HIGHLIGHT", "GREY", "draw_vit_map", "draw_encoder_block", "draw_swin_map"]
+__all__ += ["Painter", "drawing_axes"]  # chapter 11's map paints with them (figures_modern)
 
 #: The parts :func:`draw_vit_map` can highlight, and the chapter that builds each.
 PARTS: dict[str, str] = {
@@ -41,7 +42,7 @@ _FONT, _SMALL = 10, 9
 _MAP_SIZE, _BLOCK_SIZE, _SWIN_SIZE = (7.0, 4.4), (7.0, 2.9), (7.0, 3.4)  # inches
 
 
-def _axes(ax: Any, size: tuple[float, float]) -> tuple[Any, Any]:
+def drawing_axes(ax: Any, size: tuple[float, float]) -> tuple[Any, Any]:
     """The figure and axes to draw into: ``ax``'s, or a new pyplot figure of ``size`` inches.
 
     The axes' data units are inches of the default size (x from 0 to ``size[0]``)."""
@@ -55,7 +56,7 @@ def _axes(ax: Any, size: tuple[float, float]) -> tuple[Any, Any]:
     return ax.figure, ax
 
 
-class _Painter:
+class Painter:
     """Draws boxes, arrows and labels into ``ax``, coloured by the part they belong to."""
 
     def __init__(self, ax: Any, highlight: str | None) -> None:
@@ -118,7 +119,7 @@ def _check_highlight(highlight: str | None) -> None:
         raise ValueError(f"highlight must be None or one of {names}; got {highlight!r}")
 
 
-def _draw_inputs(p: _Painter) -> None:
+def _draw_inputs(p: Painter) -> None:
     """Image, its nine patches in a row, and the linear projection (chapter 2)."""
     for i in range(3):  # the image: a 3×3 grid of patches
         for j in range(3):
@@ -133,7 +134,7 @@ def _draw_inputs(p: _Painter) -> None:
         p.arrow((1.35 + 0.3 * i, 0.75), (1.35 + 0.3 * i, 0.95), mutation_scale=6)
 
 
-def _draw_tokens(p: _Painter) -> None:
+def _draw_tokens(p: Painter) -> None:
     """The class token and N tokens, with a position embedding added to each (chapters 2, 3)."""
     for i in range(10):  # token 0 is the class token
         x = 1.05 + 0.3 * i
@@ -146,7 +147,7 @@ def _draw_tokens(p: _Painter) -> None:
     p.label(0.05, 1.84, "+ position", ("positions",), va="center")
 
 
-def _draw_stack_and_head(p: _Painter) -> None:
+def _draw_stack_and_head(p: Painter) -> None:
     """The L encoder blocks, and the head reading the class token's output (chapters 4, 5)."""
     p.box(0.9, 2.2, 3.05, 0.5, ("block",), "Transformer encoder: L × encoder block")
     p.arrow((1.05, 2.7), (1.05, 3.0))
@@ -156,7 +157,7 @@ def _draw_stack_and_head(p: _Painter) -> None:
     p.label(0.05, 2.85, "class token's output", ("model",), va="center")
 
 
-def _draw_block_detail(p: _Painter) -> None:
+def _draw_block_detail(p: Painter) -> None:
     """One pre-norm encoder block, zoomed out of the encoder (chapter 4; attention: ch. 1)."""
     block, attention = ("block",), ("attention", "block")
     p.box(4.55, 0.45, 2.35, 3.35, block)
@@ -188,7 +189,7 @@ def _key(patch: Any, colours: tuple[str, str], label: str) -> Any:
     return patch(facecolor=colours[0], edgecolor=colours[1], label=label)
 
 
-def _legend(p: _Painter) -> None:
+def _legend(p: Painter) -> None:
     """The key at the top: the chapter that builds each colour, or what is highlighted."""
     from matplotlib.patches import Patch
 
@@ -236,8 +237,8 @@ def draw_vit_map(highlight: str | None = None, ax: Any = None) -> Any:
 'block', 'model'; got 'head'
     """
     _check_highlight(highlight)
-    fig, ax = _axes(ax, _MAP_SIZE)
-    p = _Painter(ax, highlight)
+    fig, ax = drawing_axes(ax, _MAP_SIZE)
+    p = Painter(ax, highlight)
     _draw_inputs(p)
     _draw_tokens(p)
     _draw_stack_and_head(p)
@@ -262,14 +263,14 @@ def draw_encoder_block(ax: Any = None) -> Any:
     Example:
         In a notebook cell, ``draw_encoder_block(); plt.show()``.
     """
-    fig, ax = _axes(ax, _BLOCK_SIZE)
-    p = _Painter(ax, "block")
+    fig, ax = drawing_axes(ax, _BLOCK_SIZE)
+    p = Painter(ax, "block")
     _draw_block_row(p)
     _draw_block_notes(p)
     return fig
 
 
-def _draw_block_row(p: _Painter) -> None:
+def _draw_block_row(p: Painter) -> None:
     """The block left to right: boxes, sums, the two residual paths above them."""
     y, h = 1.55, 0.5
     p.label(0.05, y, "x", fontsize=_FONT, va="center")
@@ -293,7 +294,7 @@ def _draw_block_row(p: _Painter) -> None:
     p.label(5.05, top + 0.1, "residual: x + mlp(norm2(x))", va="bottom", ha="center")
 
 
-def _draw_block_notes(p: _Painter) -> None:
+def _draw_block_notes(p: Painter) -> None:
     """Shapes and the package's names under the row; the MLP's insides."""
     y = 1.05
     mono = {"family": "monospace", "ha": "center", "va": "center"}
@@ -327,7 +328,7 @@ def _grid_square(ax: Any, x: float, y: float, side: float, cuts: int, gid: str,
         ax.plot([x, x + side], [y + t, y + t], color=colours[1], lw=lw)
 
 
-def _swin_row(p: _Painter, y: float, swin: bool) -> None:
+def _swin_row(p: Painter, y: float, swin: bool) -> None:
     """One row: an image, then four feature maps with their labels and arrows."""
     colours = HIGHLIGHT if swin else _COLOURS["model"]
     p.box(0.35, y, 0.5, 0.5, ("patches",), "", rounded=False)
@@ -364,8 +365,8 @@ def draw_swin_map(ax: Any = None) -> Any:
     Example:
         In a notebook cell, ``draw_swin_map(); plt.show()``.
     """
-    fig, ax = _axes(ax, _SWIN_SIZE)
-    p = _Painter(ax, None)
+    fig, ax = drawing_axes(ax, _SWIN_SIZE)
+    p = Painter(ax, None)
     _swin_row(p, 2.35, swin=False)
     _swin_row(p, 0.7, swin=True)
     p.label(0.05, 3.2, "ViT-B/16 (chapter 5): one grid, global attention", va="center",

@@ -206,6 +206,8 @@ def from_timm(model: nn.Module) -> VisionTransformer:
     the class token, the mean without one, or ``'map'``; exact GELU or SwiGLU with SiLU; another
     pooling, activation, MLP, head or dropout, or keys/shapes that do not map, raise
     ``ValueError``."""
+    if type(model).__name__ == "Eva":
+        raise ValueError("an Eva model (timm/models/eva.py): load it with from_timm_eva")
     pooling = (model.global_pool, model.has_class_token)
     pool = {("token", True): "cls", ("avg", False): "mean", ("map", False): "map"}.get(pooling)
     if pool is None:
@@ -230,8 +232,8 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
     """Our model with the weights of one of timm's RoPE ViTs, built by its ``Eva`` class
     (``timm/models/eva.py``): ``vit_base_patch16_rope_224`` (axial RoPE, Heo et al. 2024) and
     ``vit_base_patch16_rope_mixed_224`` (mixed), class-token pooling, no position table. Other
-    Eva models (EVA-02's SwiGLU and its separate q, k, v biases, ``rope_type`` 'cat' with
-    pixel frequencies ...) raise ``ValueError``."""
+    Eva models (EVA-02's SwiGLU and its separate q, k, v biases, its positions rescaled to a
+    reference grid, ``ref_feat_shape``; 'ij' grid order ...) raise ``ValueError``."""
     rope_type = type(model.rope).__name__
     kinds = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed"}
     block = model.blocks[0]
@@ -242,6 +244,7 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
         and (model.global_pool, model.cls_token is not None) == ("token", True)
         and getattr(model.rope, "in_pixels", False) is False
         and getattr(model.rope, "grid_indexing", "xy") == "xy"
+        and getattr(model.rope, "ref_feat_shape", None) is None  # integer positions
         and getattr(block.attn, "rotate_half", False) is False
     )
     if not supported:
@@ -264,8 +267,13 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
 
 
 def _init_values(gamma: Tensor | None) -> float | None:
-    """LayerScale's ``init_values`` for the config (the loaded ``gamma`` replaces it)."""
-    return None if gamma is None else 1e-5
+    """LayerScale's ``init_values`` for the config: ``gamma``'s value while it is constant (a
+    fresh model), else 1e-5 (DINOv2's); the loaded ``gamma`` replaces it either way."""
+    if gamma is None:
+        return None
+    first = gamma.detach().flatten()[0]
+    constant = bool((gamma == first).all()) and first > 0
+    return float(f"{first.item():.6g}") if constant else 1e-5  # float32 1e-5 -> 1e-5
 
 
 def _timm_common(model: nn.Module) -> dict:

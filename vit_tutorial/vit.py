@@ -294,6 +294,8 @@ def vit_flops(config: ViTConfig) -> int:
     ``2·2T²D`` (``QKᵀ`` and ``AV``), ``2T·D²`` (output projection) and ``2·2T·D·rD`` (MLP), and the
     head ``2·D·K``, with ``N`` patches and ``T`` tokens (``N`` + prefix tokens; a distillation token
     adds a second head). LayerNorm, softmax, GELU and additions are left out; patch stem only.
+    Chapter 11's parts: SwiGLU has three ``D × rD`` products, the MAP head one query's
+    attention (``2·D²`` for q and the projection, ``2T·D·2D`` for k, v, ``2·2T·D``) and an MLP.
 
     Example:
         >>> round(vit_flops(PRESETS["vit_base_patch16_224"]) / 1e9, 2)  # GFLOPs of ViT-B/16
@@ -303,7 +305,12 @@ def vit_flops(config: ViTConfig) -> int:
         raise ValueError(f"vit_flops covers the patch stem only, got stem={config.stem!r}")
     (gh, gw), (ph, pw) = patch_grid(config.image_size, config.patch_size), pair(config.patch_size)
     N, D, hidden = gh * gw, config.dim, int(config.dim * config.mlp_ratio)
-    T = N + int(config.class_token) + int(config.distilled)
+    p = int(config.class_token) + int(config.distilled) + config.reg_tokens
+    T, mlp = N + p, 2 * (3 if config.mlp == "swiglu" else 2) * D * hidden  # MLP per token
     patches = 2 * N * config.in_channels * ph * pw * D
-    block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + 2 * 2 * T * D * hidden
-    return patches + config.depth * block + (1 + int(config.distilled)) * 2 * D * config.num_classes
+    block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + T * mlp
+    head = (1 + int(config.distilled)) * 2 * D * config.num_classes
+    if config.pool == "map":  # one learned query over the pooled tokens
+        pooled = T if config.pool_include_prefix else N
+        head += 2 * 2 * D * D + 2 * pooled * D * 2 * D + 2 * 2 * pooled * D + 2 * 2 * D * hidden
+    return patches + config.depth * block + head

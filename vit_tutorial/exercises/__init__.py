@@ -29,6 +29,12 @@ from vit_tutorial.exercises.encoder import (
     check_layer_norm,
 )
 from vit_tutorial.exercises.greyscale_resnet import check_greyscale_resnet
+from vit_tutorial.exercises.modern import (
+    check_layer_scale_parameters,
+    check_map_head_shapes,
+    check_prefix_to_grid,
+    check_qk_norm_logit_prediction,
+)
 from vit_tutorial.exercises.patches import (
     check_class_token_and_position,
     check_image_to_patches,
@@ -118,4 +124,9 @@ __all__ = [
     "check_shift_mask",
     "check_window_relative_index",
     "check_window_flops_prediction",
+    # the ViT of the mid-2020s
+    "check_prefix_to_grid",
+    "check_layer_scale_parameters",
+    "check_map_head_shapes",
+    "check_qk_norm_logit_prediction",
 ]

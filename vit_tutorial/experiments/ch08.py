@@ -301,30 +301,14 @@ def run(
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
     ``history`` is the learning curve at ``history_points`` steps spread evenly over the run
     (:func:`history_steps`, :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`);
-    scoring it, ``history_seconds``, changes no weight. A later chapter's run passes ``build``
-    (its model, drawn after the same seed as ``spec.model``'s) and ``probe`` (measures of the
-    trained model on the data, ``probe(model, data)``, added to the result)."""
+    scoring it changes no weight. Chapter 11 passes ``build`` (its model, drawn after the seed)
+    and ``probe`` (``probe(model, data)``: measures of the trained model, added)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     _check_save_to(save_to)
-    augmentation = AUGMENTATIONS[spec.augmentation]
-    data = fashion_mnist_datasets(
-        data_root,
-        train_size=spec.train_size,
-        seed=spec.seed,
-        batch_size=BATCH_SIZE,
-        num_workers=num_workers,
-        train_transform=augmentation.image() if augmentation.image else None,
-        batch_transform=_mix() if augmentation.batch else None,
-    )
+    data = _data(spec, data_root, num_workers)
     torch.manual_seed(spec.seed)
-    model = (
-        build()
-        if build is not None
-        else build_model(
-            spec.model, pool=spec.pool, drop_path=augmentation.drop_path, distilled=spec.distilled
-        )
-    )
+    model = build() if build is not None else _model(spec)
     settings = spec.settings
     steps = settings.epochs * len(data.train_loader)
     points = history_steps(steps, history_points)  # refuses 0 points
@@ -352,6 +336,26 @@ def run(
     if save_to is not None:
         save_checkpoint(save_to, model)
     return result
+
+
+def _model(spec: RunSpec) -> nn.Module:
+    """A fresh model of the run: its pooling, stochastic depth and distillation token."""
+    drop_path = AUGMENTATIONS[spec.augmentation].drop_path
+    return build_model(spec.model, pool=spec.pool, drop_path=drop_path, distilled=spec.distilled)
+
+
+def _data(spec: RunSpec, data_root: str | Path | None, num_workers: int) -> Any:
+    """The run's Fashion-MNIST splits and loaders, with its augmentation."""
+    augmentation = AUGMENTATIONS[spec.augmentation]
+    return fashion_mnist_datasets(
+        data_root,
+        train_size=spec.train_size,
+        seed=spec.seed,
+        batch_size=BATCH_SIZE,
+        num_workers=num_workers,
+        train_transform=augmentation.image() if augmentation.image else None,
+        batch_transform=_mix() if augmentation.batch else None,
+    )
 
 
 def _loss(spec: RunSpec, teacher: nn.Module | None, smoothing: float) -> Any:

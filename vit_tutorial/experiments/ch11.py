@@ -7,6 +7,10 @@ and without LayerScale (:data:`SWIGLU_ROWS`), its hidden width 2/3 of the MLP's,
 parameters match. Every run is ``ch08.run``: the same data, seeds, steps, optimiser and learning
 curve as chapter 8's runs, the baseline's model drawn exactly as its ``'vit'``.
 
+**The controls** (:data:`CONTROLS`), each one change to the baseline alone: QK-norm, run at
+learning rates up to 50 times chapter 8's (:data:`QK_RATES`: where logit growth should show), and
+patch dropout (half the patches, in training; its speed-up and its cost).
+
 **The probe** (:func:`probe`): after training, on the first :data:`PROBE_IMAGES` validation
 images, the largest attention logit ``q·k/√d`` of each block (what QK-norm bounds), and the
 norms of the tokens leaving the last block (the high-norm outliers registers absorb).
@@ -26,12 +30,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.engine import FitSettings
 from vit_tutorial.experiments import ch08
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_int, check_real
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
+    "CONTROLS",
     "PROBE_IMAGES",
+    "QK_RATES",
     "ROWS",
     "RUNGS",
     "SHORT_STEPS",
@@ -63,16 +70,26 @@ SWIGLU_ROWS: dict[str, dict[str, Any]] = {
     "+swiglu": _SWIGLU,
     "+swiglu-layerscale": {**_SWIGLU, "init_values": None},
 }
-ROWS = (*RUNGS, *SWIGLU_ROWS)
+#: One change to the baseline alone.
+CONTROLS: dict[str, dict[str, Any]] = {
+    "qk-norm-alone": {"qk_norm": True},
+    "patch-drop": {"patch_drop_rate": 0.5},
+}
+ROWS = (*RUNGS, *SWIGLU_ROWS, *CONTROLS)
+#: The learning rates of the QK-norm control (chapter 8's is 2e-3), with the baseline's.
+QK_RATES = (2e-3, 1e-2, 3e-2, 1e-1)
 #: Validation images the probe looks at.
 PROBE_IMAGES = 512
 
 
 def row_config(row: str) -> dict[str, Any]:
     """The ViT options of ``row`` of :data:`ROWS` beyond chapter 8's model: the changes of
-    its rung and every rung above it (a SwiGLU row: of the last rung, then its own)."""
+    its rung and every rung above it (a SwiGLU row: of the last rung, then its own; a control:
+    its one change)."""
     if row not in ROWS:
         raise ValueError(f"unknown row {row!r}; expected one of {list(ROWS)}")
+    if row in CONTROLS:
+        return dict(CONTROLS[row])
     options: dict[str, Any] = {}
     for rung, change in RUNGS.items():
         options.update(change)
@@ -90,30 +107,46 @@ def build_row(row: str) -> VisionTransformer:
 
 @dataclasses.dataclass(frozen=True)
 class LadderSpec:
-    """One run of the ladder: its row, training-set size, seed and step budget."""
+    """One run of the ladder: its row, training-set size, seed, step budget and peak learning
+    rate (``None``: chapter 8's, ``ch08.FIT.lr``)."""
 
     row: str
     train_size: int = ch08.FULL_TRAIN_SIZE
     seed: int = 0
     steps: int = SHORT_STEPS
+    lr: float | None = None
 
     def __post_init__(self) -> None:
         row_config(self.row)  # ValueError for an unknown row
         bounds = {"train_size": (10, ch08.FULL_TRAIN_SIZE), "seed": (0, None), "steps": (1, None)}
         for name, (low, high) in bounds.items():
             object.__setattr__(self, name, check_int(name, getattr(self, name), low, high))
+        if self.lr is not None:
+            check_real("lr", self.lr, 0.0, low_open=True)
 
     @property
     def key(self) -> str:
-        """A name unique to the run, e.g. ``+rope-n1000-s2-t430``."""
-        return f"{self.row}-n{self.train_size}-s{self.seed}-t{self.steps}"
+        """A name unique to the run, e.g. ``+rope-n1000-s2-t430`` (``-lr0.01`` at another rate)."""
+        rate = "" if self.lr is None else f"-lr{self.lr:g}"
+        return f"{self.row}-n{self.train_size}-s{self.seed}-t{self.steps}{rate}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunAtRate(ch08.RunSpec):
+    """Chapter 8's run of its ``'vit'``, at the peak learning rate ``lr``."""
+
+    lr: float = ch08.FIT.lr
+
+    @property
+    def settings(self) -> FitSettings:
+        return dataclasses.replace(super().settings, lr=self.lr)
 
 
 def run(spec: LadderSpec, **options: Any) -> dict[str, Any]:
     """Train ``spec``'s row with ``ch08.run`` (``options``: its keywords, e.g. ``device``,
     ``history_points``) and :func:`probe` the trained model: ``ch08.run``'s result with the
     row, its options and the probe's measures."""
-    base = ch08.RunSpec("vit", spec.train_size, spec.seed, spec.steps)
+    base = _RunAtRate("vit", spec.train_size, spec.seed, spec.steps, lr=spec.lr or ch08.FIT.lr)
     result = ch08.run(base, build=lambda: build_row(spec.row), probe=probe, **options)
     result.update(row=spec.row, key=spec.key, options=row_config(spec.row))
     return result
