@@ -51,7 +51,9 @@ def specs(part: str, rows, sizes, seeds, steps, rates=ch11.QK_RATES) -> list[ch1
         grid = [(row, size, None) for size in sizes for row in rows]
     elif part == "qk-norm":
         rows = ("baseline", "qk-norm-alone")
-        grid = [(row, max(sizes), lr) for lr in rates for row in rows]
+        # chapter 8's rate is the ladder's own (no rate in the key): its baseline is shared
+        default = ch11.ch08.FIT.lr
+        grid = [(r, max(sizes), None if lr == default else lr) for lr in rates for r in rows]
     else:
         grid = [(row, size, None) for size in sizes for row in ("baseline", "patch-drop")]
     return [ch11.LadderSpec(r, n, s, steps, lr) for r, n, lr in grid for s in seeds]

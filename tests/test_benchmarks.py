@@ -587,3 +587,24 @@ def test_modern_ladder_quick(tmp_path):
     configurations = {(c["row"], c["lr"]) for c in record["configurations"]}
     assert ("baseline", 0.1) in configurations and ("baseline", 0.002) in configurations
     assert len(record["configurations"]) == len(keys)  # one seed: one row each
+
+
+def test_committed_modern_ladder():
+    results = ROOT / "benchmarks" / "results"
+    record = json.loads((results / "modern_ladder.json").read_text())
+    assert record["benchmark"] == "modern_ladder" and record["quick"] is False
+    check_provenance(record, "modern_ladder.py", [0, 1, 2])
+    assert record["budget"]["steps"] == ch11.SHORT_STEPS == 430
+    assert set(record["parts"]) == {"ladder", "qk-norm", "patch-drop"}
+    assert record["missing_runs"] == []
+    log = [json.loads(line) for line in (results / "modern_ladder.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in log) == [r["key"] for r in record["runs"]]
+    # 9 rows x 2 sizes; QK-norm alone at 4 rates and the baseline at 3 more (at chapter 8's
+    # rate it is the ladder's); patch dropout at both sizes: 18 + 7 + 2 configurations
+    assert len(record["runs"]) == 3 * (18 + 7 + 2)
+    for r in record["runs"]:
+        assert r["options"] == ch11.row_config(r["row"]), r["key"]  # the rows as the code has them
+        assert r["code"]["git_dirty"] is False, r["key"]
+        assert r["optimizer_steps"] >= 430 and len(r["max_attention_logit"]) == 4
+    for config in record["configurations"]:
+        assert config["seeds"] == [0, 1, 2], config
