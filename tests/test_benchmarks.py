@@ -599,9 +599,9 @@ def test_committed_modern_ladder():
     assert record["missing_runs"] == []
     log = [json.loads(line) for line in (results / "modern_ladder.jsonl").read_text().splitlines()]
     assert sorted(r["key"] for r in log) == [r["key"] for r in record["runs"]]
-    # 9 rows x 2 sizes; QK-norm alone at 4 rates and the baseline at 3 more (at chapter 8's
-    # rate it is the ladder's); patch dropout at both sizes: 18 + 7 + 2 configurations
-    assert len(record["runs"]) == 3 * (18 + 7 + 2)
+    # 10 rows x 2 sizes; QK-norm alone at 4 rates and the baseline at 3 more (at chapter 8's
+    # rate it is the ladder's); patch dropout at both sizes: 20 + 7 + 2 configurations
+    assert len(record["runs"]) == 3 * (20 + 7 + 2)
     for r in record["runs"]:
         assert r["options"] == ch11.row_config(r["row"]), r["key"]  # the rows as the code has them
         assert r["code"]["git_dirty"] is False, r["key"]

@@ -160,10 +160,19 @@ def test_layer_scale_keys_differ_between_timms_vit_and_eva():
 def test_xy_grid_order_matters_for_rope():
     """Eva built with 'ij' indexing rotates rows where the checkpoints rotate columns."""
     odd = dict(img_size=(32, 48), embed_dim=64, depth=1, num_heads=4)
-    ij = timm.create_model("vit_base_patch16_rope_224", pretrained=False, **odd)
-    ij.rope.grid_indexing = "ij"
-    with pytest.raises(ValueError, match="naver RoPE"):
+    xy = perturb(timm.create_model("vit_base_patch16_rope_224", pretrained=False, **odd))
+    ij = timm.create_model(
+        "vit_base_patch16_rope_224", pretrained=False, rope_grid_indexing="ij", **odd
+    )
+    ij.load_state_dict(xy.state_dict())
+    images = torch.randn(1, 3, 32, 48)
+    with torch.no_grad():
+        assert not torch.allclose(ij.eval()(images), xy(images), atol=1e-3)
+    with pytest.raises(ValueError, match=r"grid_indexing='ij' \(not 'xy'\)"):
         from_timm_eva(ij)
+    eva02 = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=1)
+    with pytest.raises(ValueError, match="rescaled to ref_feat_shape"):
+        from_timm_eva(eva02)
 
 
 def test_intermediates_drop_every_prefix_token_as_timms():
@@ -365,7 +374,7 @@ def test_unsupported_timm_variants_are_refused():
         from_timm(gelu_gate)
     eva02 = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=1)
     with pytest.raises(ValueError, match="only timm's naver RoPE ViTs"):
-        from_timm_eva(eva02)
+        from_timm_eva(eva02)  # its separate q, v biases, its rescaled positions
 
 
 def test_init_values_read_from_a_fresh_model():

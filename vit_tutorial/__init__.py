@@ -15,9 +15,10 @@ from vit_tutorial.attention import (
 from vit_tutorial.axial import AxialAttention, AxialEncoderBlock, AxialViT, AxialViTConfig
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import DataSplits, digits_datasets
-from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock
+from vit_tutorial.encoder import MLP, DropPath, Encoder, EncoderBlock, LayerScale, SwiGLU
 from vit_tutorial.engine import FitSettings, evaluate, fit, predict
-from vit_tutorial.interop import from_timm, from_torchvision
+from vit_tutorial.interop import from_timm, from_timm_eva, from_torchvision
+from vit_tutorial.modern import AttentionPool, PatchDropout, patch_dropout
 from vit_tutorial.patches import ConvStem, PatchEmbedding, image_to_patches, patches_to_image
 from vit_tutorial.positional import (
     LearnedPositionalEmbedding,

@@ -142,8 +142,8 @@ class SwiGLU(nn.Module):
 
 class LayerScale(nn.Module):
     """A learned scale per channel on a residual branch (CaiT, Touvron et al. 2021, Section 2.1):
-    ``x · γ``, γ of shape ``(D,)`` starting at ``init_values`` (DeiT III: 1e-6 for ViT-S). Each
-    block starts close to the identity. timm's ViT names it ``ls1.gamma``, its Eva ``gamma_1``.
+    ``x · γ``, γ of shape ``(D,)`` starting at ``init_values`` (timm: 1e-6 for DeiT III, 1e-5
+    for DINOv2; DeiT III's own code 1e-4). timm's ViT names it ``ls1.gamma``, its Eva ``gamma_1``.
 
     Example:
         >>> LayerScale(dim=4, init_values=0.1)(torch.ones(1, 4))

@@ -236,21 +236,25 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
     reference grid, ``ref_feat_shape``; 'ij' grid order ...) raise ``ValueError``."""
     rope_type = type(model.rope).__name__
     kinds = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed"}
-    block = model.blocks[0]
-    supported = (
-        rope_type in kinds
-        and type(block.attn).__name__ == "AttentionRope"
-        and model.pos_embed is None
-        and (model.global_pool, model.cls_token is not None) == ("token", True)
-        and getattr(model.rope, "in_pixels", False) is False
-        and getattr(model.rope, "grid_indexing", "xy") == "xy"
-        and getattr(model.rope, "ref_feat_shape", None) is None  # integer positions
-        and getattr(block.attn, "rotate_half", False) is False
-    )
-    if not supported:
+    block, rope = model.blocks[0], model.rope
+    checks = {  # what Heo et al.'s models have, and the package's RoPE computes
+        f"rope {rope_type}": rope_type in kinds,
+        f"attention {type(block.attn).__name__}": type(block.attn).__name__ == "AttentionRope",
+        "a position table": model.pos_embed is None,
+        f"global_pool={model.global_pool!r}": model.global_pool == "token",
+        "no class token": model.cls_token is not None,
+        "positions in pixels": getattr(rope, "in_pixels", False) is False,
+        f"grid_indexing={getattr(rope, 'grid_indexing', None)!r} (not 'xy')": getattr(
+            rope, "grid_indexing", "xy"
+        )
+        == "xy",
+        "positions rescaled to ref_feat_shape": getattr(rope, "ref_feat_shape", None) is None,
+        "rotate_half": getattr(block.attn, "rotate_half", False) is False,
+    }
+    if failed := [name for name, ok in checks.items() if not ok]:
         raise ValueError(
-            f"only timm's naver RoPE ViTs are supported (vit_*_rope_224, vit_*_rope_mixed_224), "
-            f"got rope {rope_type} with attention {type(block.attn).__name__}"
+            f"only timm's naver RoPE ViTs are supported (vit_*_rope_224, vit_*_rope_mixed_224); "
+            f"this model has {', '.join(failed)}"
         )
     fields = _timm_common(model)
     temperature = getattr(model.rope, "temperature", None)
