@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import vit_tutorial.checkpoint as checkpoint
-from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
+from vit_tutorial.checkpoint import _sha256, load_checkpoint, save_checkpoint
 
 from tiny_models import tiny_vit
 
@@ -220,3 +220,16 @@ def test_a_config_stored_with_lists_matches_tuples(tmp_path):
     load_checkpoint(path, tiny_vit(image_size=4))
     with pytest.raises(ValueError, match=r"image_size: checkpoint \[4, 4\] vs model \(4, 8\)"):
         load_checkpoint(path, tiny_vit(image_size=(4, 8)))
+
+
+def test_a_field_added_since_the_checkpoint_counts_at_its_default(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, tiny_vit())
+    state = torch.load(path, weights_only=True)
+    del state["config"]["reg_tokens"]  # as written before chapter 11 added the fields
+    del state["config"]["qk_norm"]
+    state["sha256"] = _sha256(state)  # sealed again, as save_checkpoint seals
+    torch.save(state, path)
+    load_checkpoint(path, tiny_vit())  # the defaults: no registers, no QK-norm
+    with pytest.raises(ValueError, match=r"qk_norm: checkpoint False vs model True"):
+        load_checkpoint(path, tiny_vit(qk_norm=True))

@@ -153,7 +153,7 @@ def test_trusted_builds_the_same_layer_without_checking(checked):
     built = trusted(EncoderBlock, BlockOptions(32, 4, mlp_ratio=2.0), 0.1)
     # BlockOptions checked its fields once each; trusted and the layers below it, nothing
     assert checked == {name: 1 for name in ("dim", "num_heads", "qkv_bias", "mlp_ratio")} | {
-        name: 1 for name in ("dropout", "attn_dropout", "norm_eps")
+        name: 1 for name in ("dropout", "attn_dropout", "norm_eps", "qk_norm")
     }
     assert repr(built) == repr(direct)
     for (name, a), (_, b) in zip(direct.state_dict().items(), built.state_dict().items()):

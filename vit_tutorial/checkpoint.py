@@ -37,6 +37,14 @@ def _model_config(model: nn.Module) -> dict[str, Any] | None:
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
 
 
+def _with_defaults(saved: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+    """``saved``, each field of the model's config it lacks (one added after it was written,
+    as chapter 11's) at that field's default."""
+    fields = dataclasses.fields(unwrap_model(model).config)
+    absent = {f.name: f.default for f in fields if f.name not in saved}
+    return {**{k: v for k, v in absent.items() if v is not dataclasses.MISSING}, **saved}
+
+
 def save_checkpoint(
     path: str | Path,
     model: nn.Module,
@@ -139,7 +147,8 @@ def load_checkpoint(
     return the checkpoint dictionary (``epoch``, ``history``, ``extra``, ...).
 
     Configs compare as values: an ``image_size`` or ``patch_size`` of ``4`` is ``(4, 4)``, and
-    a list is the tuple with the same items. A ``ValueError`` naming the file refuses one that
+    a list is the tuple with the same items; a field the checkpoint's config lacks (one added to
+    the config since) counts at its default. A ``ValueError`` naming the file refuses one that
     is empty, truncated, corrupted (its SHA-256 does not match), unsafe to unpickle, not a
     checkpoint of :func:`save_checkpoint` (a plain state dict, say), or saved from a model with
     another config (listing each differing field).
@@ -147,6 +156,7 @@ def load_checkpoint(
     state = read_checkpoint(path)
     saved, current = state["config"], _model_config(model)
     if saved is not None and current is not None:
+        saved = _with_defaults(saved, model)
         diffs = [
             f"{key}: checkpoint {saved.get(key)!r} vs model {current.get(key)!r}"
             for key in sorted(set(saved) | set(current))
