@@ -481,7 +481,7 @@ def test_fused_switch_reaches_the_inner_attention():
 
 
 def test_axial_models_share_the_vit_config_fields():
-    from vit_tutorial.vit import TransformerConfig, ViTConfig
+    from vit_tutorial.config import TransformerConfig, ViTConfig
 
     shared = {f.name for f in dataclasses.fields(TransformerConfig)}
     assert {f.name for f in dataclasses.fields(AxialViTConfig)} == shared

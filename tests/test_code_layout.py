@@ -36,8 +36,9 @@ MAX_MODULE_LINES = 400
 #: Issue 35 adds the ViT of the mid-2020s (chapter 11): LayerScale, SwiGLU, RMSNorm and QK-norm
 #: in the block, registers, RoPE in every block, the MAP head and patch dropout in the model
 #: (``modern.py``, 130 lines; the ViT's config moved to ``config.py``), and the conversion of
-#: timm's models with them and of its RoPE ViTs (``from_timm_eva``): 463 lines, 6,823 in all.
-MAX_CORE_LINES = 6825
+#: timm's models with them and of its RoPE ViTs (``from_timm_eva``), and checkpoints written
+#: before these fields loading at their defaults: 473 lines, 6,833 in all.
+MAX_CORE_LINES = 6835
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings
 #: (``figures_modern.py``, chapter 11's map, is a drawing too: the second module of drawings
 #: now that ``figures.py`` is near MAX_MODULE_LINES).

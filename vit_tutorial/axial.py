@@ -22,11 +22,12 @@ from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.backbone import Classifier, Indices, take_indices, to_format
+from vit_tutorial.config import TransformerConfig
 from vit_tutorial.encoder import BlockOptions, DropPath, init_weights
 from vit_tutorial.patches import IntOrPair, PatchEmbedding, grid_coordinates, pair
 from vit_tutorial.positional import LearnedPositionalEmbedding, SinusoidalEmbedding2D
 from vit_tutorial.validate import check_int, check_real, trusted
-from vit_tutorial.vit import TransformerConfig, VisionTransformer
+from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "AxialAttention",

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from vit_tutorial.attention import attention_rollout
 from vit_tutorial.backbone import Classifier, Indices, new_head, take_indices, to_format
-from vit_tutorial.config import TransformerConfig, ViTConfig
+from vit_tutorial.config import ViTConfig
 from vit_tutorial.encoder import Encoder, SwiGLU, init_weights
 from vit_tutorial.modern import AttentionPool, PatchDropout
 from vit_tutorial.patches import ConvStem, PatchEmbedding, pair, patch_grid
@@ -34,9 +34,7 @@ from vit_tutorial.positional import (
 )
 from vit_tutorial.validate import build_preset, trusted
 
-__all__ = [
-    "TransformerConfig",
-    "ViTConfig",
+__all__ = [  # ViTConfig and TransformerConfig are vit_tutorial.config's, importable from here
     "VisionTransformer",
     "PRESETS",
     "create_vit",
