@@ -6,6 +6,7 @@ import sys
 import pytest
 import timm
 import torch
+from timm.models.vision_transformer import VisionTransformer as TimmViT
 from torchvision.models import vit_b_16
 from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
 
@@ -13,6 +14,7 @@ from vit_tutorial.interop import (
     TIMM_KEYS,
     TORCHVISION_KEYS,
     from_timm,
+    from_timm_eva,
     from_torchvision,
     load_converted,
     max_abs_logit_difference,
@@ -305,8 +307,86 @@ def test_from_timm_refuses_dropouts_it_cannot_express():
         patch_size=8,
         depth=2,
     )
-    with pytest.raises(ValueError, match=r"drop_rate \(head\)': 0.1"):
+    with pytest.raises(ValueError, match=r"head_drop 0.1 \(not 0\)"):
         from_timm(ref)
+
+
+def test_from_timm_dropouts_draw_the_same_masks_as_timm():
+    """Each dropout (patch dropout with registers too) carried over at its rate and place:
+    in training, under one seed, the converted model computes timm's numbers."""
+    rates = dict(attn_drop_rate=0.1, proj_drop_rate=0.2, pos_drop_rate=0.2, drop_path_rate=0.2)
+    for extra in (dict(patch_drop_rate=0.25), dict(patch_drop_rate=0.5, reg_tokens=2)):
+        ref = perturb(TimmViT(**SMALL_TIMM, **rates, **extra)).train()
+        ours = from_timm(ref)
+        assert ours.training and ours.config.patch_drop_rate == extra["patch_drop_rate"]
+        images = torch.randn(4, 3, 32, 32)
+        outputs = []
+        for model in (ref, ours):
+            torch.manual_seed(1)
+            outputs.append(model(images))
+        torch.manual_seed(2)  # other masks: the outputs differ, so dropout is on in both
+        assert not torch.allclose(ours(images), outputs[1])
+        torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(patch_drop_rate=0.0, proj_drop_rate=0.1), r"pos_drop 0 \(not 0.1\)"),
+        (dict(attn_pool_drop=True), r"attn_pool.proj_drop 0.3 \(not 0\)"),
+        (dict(drop_path_rate=0.2, path_schedule=True), r"blocks.0.drop_path1 0.1 \(not 0\)"),
+        (dict(pre_norm=True), "pre_norm=True"),
+        (dict(dynamic_img_pad=True), "dynamic_img_pad=True"),
+        (dict(proj_bias=False), "proj_bias=False"),
+        (dict(scale_attn_norm=True), "scale_attn_norm=True"),
+        (dict(scale_mlp_norm=True), "scale_mlp_norm=True"),
+        (dict(fc_norm=True), "final_norm=False, fc_norm=True"),
+        (dict(final_norm=False), "final_norm=False, fc_norm=False"),
+        (dict(global_pool="avg", class_token=False, fc_norm=False), "final_norm=True"),
+        (dict(block_fn=timm.models.vision_transformer.ResPostBlock), "ResPostBlock"),
+        (dict(block_fn=timm.models.vision_transformer.ParallelScalingBlock), "ParallelScaling"),
+    ],
+)
+def test_from_timm_refuses_what_it_cannot_reproduce_by_name(options, named):
+    """An option the package lacks is refused, naming it, never dropped (timm's eval-mode
+    logits would agree for a dropout, so no logit check would notice)."""
+    attn_pool_drop, schedule = options.pop("attn_pool_drop", False), options.pop("path_schedule", 0)
+    if attn_pool_drop:
+        options.update(global_pool="map", class_token=False)
+    ref = TimmViT(**SMALL_TIMM, **options)
+    if attn_pool_drop:
+        ref.attn_pool.proj_drop.p = 0.3
+    if schedule:  # the same rate in every block, not rising from 0
+        for block in ref.blocks:
+            block.drop_path1.drop_prob = block.drop_path2.drop_prob = 0.1
+    with pytest.raises(ValueError, match=named):
+        from_timm(ref)
+
+
+def test_the_converters_read_every_block_not_the_first_alone():
+    """A block changed by hand (its activation, its heads) is refused, not read as block 0."""
+    gelu_tanh = TimmViT(**{**SMALL_TIMM, "depth": 3})
+    gelu_tanh.blocks[2].mlp.act = torch.nn.GELU(approximate="tanh")
+    with pytest.raises(ValueError, match=r"timm's blocks \[2\] differ from 0's"):
+        from_timm(gelu_tanh)
+    heads = TimmViT(**SMALL_TIMM)
+    heads.blocks[1].attn.num_heads, heads.blocks[1].attn.head_dim = 8, 8
+    with pytest.raises(ValueError, match=r"timm's blocks \[1\] differ from 0's"):
+        from_timm(heads)
+    layers = TorchvisionViT(**SMALL_TV)
+    layers.encoder.layers[1].self_attention.num_heads = 8
+    with pytest.raises(ValueError, match=r"one number of heads; layers \[1\] differ"):
+        from_torchvision(layers)
+
+
+def test_the_converters_refuse_another_library_s_model_by_type():
+    timm_vit, torchvision_vit = TimmViT(**SMALL_TIMM), TorchvisionViT(**SMALL_TV)
+    with pytest.raises(TypeError, match="from_timm takes a timm VisionTransformer, got Vision"):
+        from_timm(torchvision_vit)
+    with pytest.raises(TypeError, match="from_torchvision takes a torchvision"):
+        from_torchvision(timm_vit)
+    with pytest.raises(TypeError, match="from_timm_eva takes a timm Eva, got VisionTransformer"):
+        from_timm_eva(timm_vit)
 
 
 def test_from_torchvision_accepts_any_mlp_width():

@@ -16,6 +16,7 @@ import re
 import torch
 from torch import Tensor, nn
 
+from vit_tutorial.encoder import drop_path_rates
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -154,6 +155,13 @@ def _mlp_ratio(dim: int, hidden_dim: int) -> float:
     return ratio
 
 
+def _expect(model: object, kind: str, attributes: str, reader: str) -> None:
+    """``TypeError`` unless ``model`` has the ``attributes`` of the library's ``kind``."""
+    if not all(hasattr(model, name) for name in attributes.split()):
+        library = "torchvision" if reader == "from_torchvision" else "timm"
+        raise TypeError(f"{reader} takes a {library} {kind}, got {type(model).__name__}")
+
+
 def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
     return hw[0] if hw[0] == hw[1] else tuple(hw)
 
@@ -177,9 +185,13 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
         from torchvision.models import ViT_B_16_Weights, vit_b_16
         ours = from_torchvision(vit_b_16(weights=ViT_B_16_Weights.IMAGENET1K_V1))
     """
+    _expect(model, "VisionTransformer", "conv_proj encoder hidden_dim", "from_torchvision")
     if not isinstance(model.conv_proj, nn.Conv2d):
         raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
     attn = model.encoder.layers[0].self_attention
+    heads = [b.self_attention.num_heads for b in model.encoder.layers]
+    if odd := [i for i, h in enumerate(heads) if h != attn.num_heads]:
+        raise ValueError(f"vit_tutorial's blocks have one number of heads; layers {odd} differ")
     fields = dict(
         image_size=model.image_size,
         patch_size=model.patch_size,
@@ -203,11 +215,15 @@ def from_timm(model: nn.Module) -> VisionTransformer:
     models (``distilled=True``) and chapter 11's (DeiT III, registers, QK-norm, RMSNorm, SwiGLU,
     the MAP head: ``deit3_small_patch16_224``, ``vit_small_patch14_reg4_dinov2``, ``test_vit4``,
     ``vit_base_patch16_siglip_224`` ...), with a head or without (``num_classes=0``). Pooling by
-    the class token, the mean without one, or ``'map'``; exact GELU or SwiGLU with SiLU; another
-    pooling, activation, MLP, head or dropout, or keys/shapes that do not map, raise
-    ``ValueError``."""
+    the class token, the mean without one, or ``'map'``; exact GELU or SwiGLU with SiLU; every
+    dropout carried over (patch dropout too: in training the same masks under one seed). Any
+    option the package cannot reproduce (another pooling, activation, block, norm or dropout,
+    ``pre_norm``, ``proj_bias=False``, ``dynamic_img_pad`` ..., blocks unlike block 0) raises
+    ``ValueError`` naming it, as do keys/shapes that do not map; another library's model,
+    ``TypeError``."""
     if type(model).__name__ == "Eva":
         raise ValueError("an Eva model (timm/models/eva.py): load it with from_timm_eva")
+    _expect(model, "VisionTransformer", "blocks patch_embed global_pool", "from_timm")
     pooling = (model.global_pool, model.has_class_token)
     pool = {("token", True): "cls", ("avg", False): "mean", ("map", False): "map"}.get(pooling)
     if pool is None:
@@ -215,6 +231,11 @@ def from_timm(model: nn.Module) -> VisionTransformer:
             f"unsupported timm pooling global_pool={pooling[0]!r} with class_token={pooling[1]}"
         )
     fields = _timm_common(model)
+    norms = tuple(not isinstance(getattr(model, n), nn.Identity) for n in ("norm", "fc_norm"))
+    if norms != ((False, True) if pool == "mean" else (True, False)):  # timm's final_norm, fc_norm
+        where = "after pooling (fc_norm)" if pool == "mean" else "before pooling (final_norm)"
+        has = f"final_norm={norms[0]}, fc_norm={norms[1]}"
+        raise ValueError(f"for pool={pool!r} vit_tutorial normalises {where} only; timm's: {has}")
     fields.update(
         pool=pool,
         pos_embed="learned" if model.pos_embed is not None else "none",
@@ -234,6 +255,7 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
     ``vit_base_patch16_rope_mixed_224`` (mixed), class-token pooling, no position table. Other
     Eva models (EVA-02's SwiGLU and its separate q, k, v biases, its positions rescaled to a
     reference grid, ``ref_feat_shape``; 'ij' grid order ...) raise ``ValueError``."""
+    _expect(model, "Eva", "blocks patch_embed rope", "from_timm_eva")
     rope_type = type(model.rope).__name__
     kinds = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed"}
     block, rope = model.blocks[0], model.rope
@@ -282,23 +304,34 @@ def _init_values(gamma: Tensor | None) -> float | None:
 
 def _timm_common(model: nn.Module) -> dict:
     """The fields timm's ``VisionTransformer`` and ``Eva`` share, with the checks of both."""
-    block, last = model.blocks[0], model.blocks[-1]
+    block, identity = model.blocks[0], (type(None), nn.Identity)
+    kinds = (type(block).__name__, type(getattr(block, "attn", None)).__name__)
+    if kinds[0] not in ("Block", "EvaBlock") or kinds[1] not in ("Attention", "AttentionRope"):
+        raise ValueError(f"vit_tutorial has timm's Block with Attention, not {', '.join(kinds)}")
+    alike = [str(_block_kind(b)) != str(_block_kind(block)) for b in model.blocks]
+    if any(alike):  # a block changed by hand: the config has one of each
+        odd = [i for i, differs in enumerate(alike) if differs]
+        raise ValueError(f"vit_tutorial's blocks are alike; timm's blocks {odd} differ from 0's")
+    checks = {  # what the package's block and stem compute; each other option is refused
+        "pre_norm=True": isinstance(getattr(model, "norm_pre", None), identity),
+        "an embed_norm_layer": isinstance(getattr(model.patch_embed, "norm", None), identity),
+        "dynamic_img_pad=True": not getattr(model.patch_embed, "dynamic_img_pad", False),
+        "proj_bias=False": block.attn.proj.bias is not None,
+        "scale_attn_norm=True": isinstance(getattr(block.attn, "norm", None), identity),
+        "scale_mlp_norm=True": isinstance(getattr(block.mlp, "norm", None), identity),
+        f"norm_layer={type(block.norm1).__name__}": type(block.norm1).__name__
+        in ("LayerNorm", "RmsNorm", "RMSNorm"),
+    }
+    if failed := [name for name, ok in checks.items() if not ok]:
+        raise ValueError(f"vit_tutorial cannot reproduce a timm model with {', '.join(failed)}")
     mlp = type(block.mlp).__name__
     act = block.mlp.act
     if mlp == "Mlp" and not (isinstance(act, nn.GELU) and act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {act}")
     if mlp not in ("Mlp", "SwiGLU") or (mlp == "SwiGLU" and not isinstance(act, nn.SiLU)):
         raise ValueError(f"only Mlp with GELU or SwiGLU with SiLU is supported, got {mlp}, {act}")
-    dropout = last.attn.proj_drop.p
-    others = {"pos_drop_rate": model.pos_drop.p, "drop_rate (head)": model.head_drop.p}
-    if others["pos_drop_rate"] != dropout or others["drop_rate (head)"] != 0.0:
-        raise ValueError(
-            "vit_tutorial has one dropout rate for the position embedding and the blocks and "
-            f"none before the head; the timm model uses proj_drop_rate={dropout} and {others}"
-        )
     norm = "rmsnorm" if "rms" in type(block.norm1).__name__.lower() else "layernorm"
     hidden = block.mlp.fc1.out_features if mlp == "Mlp" else block.mlp.fc1_g.out_features
-    patch_drop = getattr(model, "patch_drop", None)
     return dict(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
@@ -309,15 +342,50 @@ def _timm_common(model: nn.Module) -> dict:
         num_heads=block.attn.num_heads,
         mlp_ratio=_mlp_ratio(model.embed_dim, hidden),
         qkv_bias=block.attn.qkv.bias is not None,
-        dropout=dropout,
-        attn_dropout=last.attn.attn_drop.p,
-        drop_path=float(f"{getattr(last.drop_path1, 'drop_prob', 0.0):.6g}"),
+        **_dropout_rates(model),
         norm_eps=block.norm1.eps,
         qk_norm=not isinstance(block.attn.q_norm, nn.Identity),
         norm=norm,
         mlp="gelu" if mlp == "Mlp" else "swiglu",
-        patch_drop_rate=float(getattr(patch_drop, "prob", 0.0)),
+        patch_drop_rate=float(getattr(getattr(model, "patch_drop", None), "prob", 0.0)),
     )
+
+
+def _block_kind(block: nn.Module) -> tuple:
+    """What a config says of a timm block: its parts' kinds, heads, activation, norm epsilon."""
+    attn, mlp = block.attn, block.mlp
+    parts = (block, attn, mlp, block.norm1, block.norm2, attn.q_norm, getattr(mlp, "act", None))
+    return (*map(type, parts), attn.num_heads, str(mlp.act), block.norm1.eps, block.norm2.eps)
+
+
+def _dropout_rates(model: nn.Module) -> dict[str, float]:
+    """``dropout``, ``attn_dropout`` and ``drop_path`` of a timm model, after checking every
+    dropout in it against the package's: one rate for the position embedding, the projections
+    and the MLP, one on the attention weights, drop path rising linearly over the blocks (as
+    :func:`~vit_tutorial.encoder.drop_path_rates`), none before the head or in the MAP head."""
+    last = model.blocks[-1]
+    rates = dict(dropout=last.attn.proj_drop.p, attn_dropout=last.attn.attn_drop.p)
+    rates["drop_path"] = float(f"{getattr(last.drop_path1, 'drop_prob', 0.0):.6g}")
+    paths = drop_path_rates(rates["drop_path"], len(model.blocks))
+    want = {f"blocks.{i}.drop_path{n}": p for i, p in enumerate(paths) for n in (1, 2)}
+    found = dict.fromkeys(want, 0.0)  # an nn.Identity where the rate is 0
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Dropout) or hasattr(module, "drop_prob"):
+            found[name] = module.p if isinstance(module, nn.Dropout) else module.drop_prob
+    for name in set(found) - set(want):
+        none = name.startswith(("head_drop", "attn_pool"))
+        kind = "attn_dropout" if name.endswith("attn_drop") else "dropout"
+        want[name] = 0.0 if none else rates[kind]
+    if wrong := [
+        f"{n} {p:g} (not {want[n]:g})"
+        for n, p in found.items()
+        if not math.isclose(p, want[n], rel_tol=1e-6, abs_tol=1e-9)
+    ]:
+        raise ValueError(
+            "vit_tutorial has one dropout rate for the position embedding and the blocks, none "
+            f"before the head, and drop path rising linearly; the timm model has {wrong}"
+        )
+    return rates
 
 
 def max_abs_logit_difference(a: nn.Module, b: nn.Module, images: Tensor) -> float:
