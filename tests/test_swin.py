@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -95,6 +96,19 @@ def test_swin_fashion_matches_chapter_8s_vit():
     assert vit_all == 15_405_312  # with the products inside attention
     assert vit_layers == 12_946_688  # the Linear layers and the convolution alone
     assert abs(swin_all / vit_all - 1) <= 0.10
+    # SWIN_PRESETS' comment, number for number
+    assert (parameters(vit), parameters(swin), swin_all) == (138_890, 146_844, 14_834_688)
+    gains = [round(100 * (a / b - 1), 1) for a, b in [(146_844, 138_890), (swin_all, vit_all)]]
+    assert gains == [5.7, -3.7]
+    config = swin.config
+    assert (config.patch_size, config.in_channels, config.num_classes) == (2, 1, 10)
+    assert [o.dim for o in config.stage_options] == [16, 32, 64] and config.depths == (2, 6, 1)
+    assert {o.dim // o.num_heads for o in config.stage_options} == {16}
+    assert (config.mlp_ratio, config.drop_path) == (4.0, 0.0)
+    assert [b.shift_size for b in swin.stages[0].blocks] == [0, 3]  # then shifted
+    grids = config.stage_grids()
+    shifts = [swin.stages[s].blocks[0].shifts(*grids[s]) for s in (1, 2)]
+    assert shifts == [(0, 0), (0, 0)]  # one window: no shift
 
 
 @pytest.mark.parametrize(
@@ -136,6 +150,15 @@ def test_window_attention_is_linear_in_the_grid():
 def test_bad_configs_are_refused(fields, error, message):
     with pytest.raises(error, match=message):
         SwinConfig(**fields)
+
+
+def test_numpy_integers_are_stored_as_ints():
+    i = np.int64
+    sizes = dict(dim=i(16), depths=(i(2), i(1)), num_heads=[i(2), i(4)], window_size=i(4))
+    config = SwinConfig(**{**SMALL, **sizes}, in_channels=i(3), num_classes=i(5))
+    fields = [config.window_size, config.in_channels, config.num_classes, config.dim]
+    assert fields == [4, 3, 5, 16] and all(type(v) is int for v in fields + [*config.depths])
+    assert SwinTransformer(config)(torch.randn(1, 3, 32, 48)).shape == (1, 5)
 
 
 def test_a_window_per_stage():

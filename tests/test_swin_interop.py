@@ -137,6 +137,30 @@ def test_other_depths_and_widths():
     assert_same_logits(swin_from_torchvision(ref, 56), ref, images)
 
 
+def test_mlp_ratio_whose_widths_round_differently_per_stage():
+    """int(16 · 2.3), int(32 · 2.3), int(64 · 2.3) = 36, 73, 147: 36 / 16 = 2.25 gives 72, not 73."""
+    images = torch.randn(2, 3, 64, 64)  # grids 16×16, 8×8, 4×4, window 4
+    kwargs = dict(img_size=64, window_size=4, depths=(2, 1, 1), num_heads=(2, 4, 8), mlp_ratio=2.3)
+    ref = timm_swin(**kwargs, **SMALL_TIMM)
+    ours = swin_from_timm(ref)
+    assert ours.config.mlp_ratio == 2.3
+    assert [s.blocks[0].mlp.fc1.out_features for s in ours.stages] == [36, 73, 147]
+    assert_same_logits(ours, ref, images)
+    ref = tv_swin(depths=(2, 1, 1), num_heads=(2, 4, 8), mlp_ratio=2.3)
+    ours = swin_from_torchvision(ref, 64)
+    assert ours.config.mlp_ratio == 2.3
+    assert_same_logits(ours, ref, images)
+
+
+def test_a_window_per_stage_from_torchvision():
+    """torchvision's blocks hold their own window: a model with another per stage converts."""
+    ref, other = tv_swin(window_size=4), tv_swin(window_size=2)  # grids 8×8 and 4×4
+    ref.features[3] = other.features[3]
+    ours = swin_from_torchvision(ref, 32)
+    assert ours.config.window_size == (4, 2)
+    assert_same_logits(ours, ref, torch.randn(2, 3, 32, 32))
+
+
 # --- the tests can fail ----------------------------------------------------------------------
 
 
@@ -267,6 +291,48 @@ def test_dropout_and_other_heads_are_refused():
         swin_from_timm(
             timm_swin(img_size=32, depths=(1,), num_heads=(2,), global_pool="max", **SMALL_TIMM)
         )
+
+
+def test_timm_stages_and_blocks_the_first_does_not_describe_are_refused():
+    small = dict(img_size=32, window_size=4, depths=(1, 2), num_heads=(2, 4), **SMALL_TIMM)
+    with pytest.raises(ValueError, match=r"stage 1 has an MLP of width 64 at width 32"):
+        swin_from_timm(timm_swin(**small, mlp_ratio=(4.0, 2.0)))  # timm: one ratio per stage
+    ref = timm_swin(**small)
+    ref.layers[1].blocks[1].mlp.drop2.p = 0.1
+    with pytest.raises(ValueError, match=r"no dropout.*'layers.1.blocks.1.mlp.drop2.p': 0.1"):
+        swin_from_timm(ref)
+    ref = timm_swin(**small)
+    ref.layers[1].blocks[0].norm1.eps = 1e-6
+    with pytest.raises(ValueError, match=r"LayerNorms differ in eps \[1e-06, 1e-05\]"):
+        swin_from_timm(ref)
+    ref = timm_swin(**small)
+    ref.layers[1].blocks[0].attn.qkv.bias = None  # a bias flag: the keys tell
+    with pytest.raises(
+        ValueError, match=r"ours without a value \['stages.1.blocks.0.attn.qkv.bias'\]"
+    ):
+        swin_from_timm(ref)
+
+
+def test_torchvision_blocks_the_first_does_not_describe_are_refused():
+    ref = tv_swin()
+    ref.features[3][1].attn.attention_dropout = 0.1
+    with pytest.raises(ValueError, match=r"no dropout.*features.3.1.attn.attention_dropout"):
+        swin_from_torchvision(ref, 32)
+    ref = tv_swin(dropout=0.1)  # every block: the message shows three
+    with pytest.raises(
+        ValueError, match=r"no dropout, the torchvision model has 12 rates, first \{'features"
+    ):
+        swin_from_torchvision(ref, 32)
+    ref = tv_swin()
+    ref.features[3][1].attn.shift_size = [0, 0]  # a block that forgets to shift
+    with pytest.raises(
+        ValueError, match=r"stage 1, block 1 has window \[4, 4\] and shift \[0, 0\]"
+    ):
+        swin_from_torchvision(ref, 32)
+    ref = tv_swin()
+    ref.features[1][0].attn.window_size = [4, 2]
+    with pytest.raises(ValueError, match=r"stage 0, block 0 has window \[4, 2\]"):
+        swin_from_torchvision(ref, 32)
 
 
 def test_unmatched_keys_are_all_listed():

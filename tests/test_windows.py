@@ -1,5 +1,6 @@
 """Tests for vit_tutorial/windows.py: windows, shifted windows, their masks and layers."""
 
+import numpy as np
 import pytest
 import torch
 from einops import rearrange
@@ -353,6 +354,20 @@ def test_patch_merging_concatenates_in_the_references_order():
             r"\(B, H, W, 32\)",
         ),
         (lambda: PatchMerging(8)(torch.zeros(1, 16, 8)), ValueError, r"\(B, H, W, 8\)"),
+        # sizes are checked before torch.arange, view or einops sees them
+        (lambda: shifted_window_mask(-4, 4, 2, 1), ValueError, "height must be at least 1, got -4"),
+        (lambda: shifted_window_mask(4, 0, 2, 0), ValueError, "width must be at least 1, got 0"),
+        (lambda: window_reverse(torch.zeros(0, 4, 2), 2, 0, 0), ValueError, "height .* got 0"),
+        (lambda: window_reverse(torch.zeros(2, 4, 2), 2, 4, -8), ValueError, "width .* got -8"),
+        (lambda: window_reverse(torch.zeros(2, 4, 2), 2, 4.0, 4), TypeError, "height .* got 4.0"),
+        (lambda: shifted_window_mask(4, 4.0, 2, 1), TypeError, "width must be an integer, got 4.0"),
+        (lambda: block_diagonal_mask(4.0, 4, 2), TypeError, "height must be an integer, got 4.0"),
+        (lambda: block_diagonal_mask(4, 4, 2.0), TypeError, "window_size must be an integer"),
+        (lambda: shifted_window_mask(True, 4, 1, 0), TypeError, "height .* got True"),
+        (lambda: shifted_window_mask(4, 4, 2, 1.0), TypeError, "shift_size .* got 1.0"),
+        (lambda: block_diagonal_mask(4, 4, 2, (0, -1)), ValueError, "shift_size .* got -1"),
+        (lambda: block_diagonal_mask(4, 4, 2, (1, 1, 1)), TypeError, r"shift_size .* \(1, 1, 1\)"),
+        (lambda: shifted_window_mask(4, 4, 2, (0, 2)), ValueError, r"got \(0, 2\)"),
     ],
 )
 def test_bad_input_is_refused(call, error, message):
@@ -379,3 +394,37 @@ def test_bad_windows_masks_and_ropes_are_refused(method, x, kwargs, error, messa
     attn = WindowAttention(16, 2, 2)
     with pytest.raises(error, match=message):
         getattr(attn, method)(torch.randn(x), **kwargs)
+
+
+def test_a_refused_float_size_leaves_later_calls_of_that_shape_working():
+    """einops caches a recipe by its sizes, and 4.0 == 4: a float that reached it once broke every
+    later call of that shape until Python restarted. The shapes are this test's alone."""
+    windows = torch.randn(20, 9, 5)  # two 6×15 grids of 3×3 windows
+    with pytest.raises(TypeError, match="height must be an integer, got 6.0"):
+        window_reverse(windows, 3, 6.0, 15)
+    grid = window_reverse(windows, 3, 6, 15)
+    assert grid.shape == (2, 6, 15, 5) and torch.equal(window_partition(grid, 3), windows)
+
+
+def test_numpy_integers_are_sizes():
+    i = np.int64
+    assert torch.equal(
+        window_reverse(torch.ones(4, 4, 2), i(2), i(4), i(4)), torch.ones(1, 4, 4, 2)
+    )
+    assert torch.equal(
+        shifted_window_mask(i(8), 8, 4, (i(2), i(0))), shifted_window_mask(8, 8, 4, (2, 0))
+    )
+    assert torch.equal(block_diagonal_mask(4, i(4), 2, i(1)), block_diagonal_mask(4, 4, 2, 1))
+    attn = WindowAttention(i(16), i(2), i(2))
+    assert attn.window_size == 2 and type(attn.window_size) is int
+    block = SwinBlock(i(16), i(2), window_size=i(4), shift_size=i(2))
+    assert (block.window_size, block.shift_size) == (4, 2) and type(block.shift_size) is int
+    assert block(torch.randn(1, 6, 6, 16)).shape == (1, 6, 6, 16)  # padded, shifted, masked
+    assert type(PatchMerging(i(8)).dim) is int
+
+
+def test_what_is_not_a_tensor_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="x must be a grid tensor .*got list"):
+        window_partition([[1]], 2)
+    with pytest.raises(TypeError, match="windows must be a tensor .*got str"):
+        window_reverse("x", 2, 4, 4)

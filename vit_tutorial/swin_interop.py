@@ -122,10 +122,22 @@ def swin_to_torchvision(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def _mlp_ratio(dim: int, hidden: int) -> float:
-    """The ``mlp_ratio`` whose ``int(dim * mlp_ratio)`` is ``hidden``."""
-    ratio = hidden / dim
-    return ratio if int(dim * ratio) == hidden else math.nextafter(ratio, math.inf)
+def _mlp_ratio(widths: list[tuple[int, int]], library: str) -> float:
+    """The shortest decimal ``r`` with ``int(dim * r) == hidden`` for every stage's MLP ``(dim,
+    hidden)`` in ``widths``, as ours, timm and torchvision size it; else ``ValueError``."""
+    for s in range(len(widths)):
+        low = max(h / d for d, h in widths[: s + 1])
+        ratios = [math.ceil(low * 10**k) / 10**k for k in range(17)] + [
+            math.nextafter(low, math.inf)
+        ]
+        fit = [r for r in ratios if all(int(d * r) == h for d, h in widths[: s + 1])]
+        if not fit:
+            raise ValueError(
+                f"the {library} model's stage {s} has an MLP of width {widths[s][1]} at width "
+                f"{widths[s][0]}: no one mlp_ratio r gives every stage's int(dim · r) of "
+                f"{widths[: s + 1]} (dim, hidden), as vit_tutorial's Swin needs"
+            )
+    return fit[0]
 
 
 def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
@@ -147,9 +159,20 @@ def _check_kind(model: object, name: str, attributes: tuple[str, ...]) -> None:
         raise TypeError(f"expected a {name} Swin Transformer (V1), got {type(model).__name__}")
 
 
-def _check_zero(library: str, **rates: float) -> None:
-    if any(rates.values()):
-        raise ValueError(f"vit_tutorial's Swin has no dropout, the {library} model has {rates}")
+def _check_blocks(model: nn.Module, library: str) -> None:
+    """Refuse dropout and LayerNorms of unequal epsilons in every layer, not the first block's."""
+    rates = {}
+    for name, m in model.named_modules():
+        for attr in ("p",) if isinstance(m, nn.Dropout) else ("attention_dropout", "dropout"):
+            if isinstance(p := getattr(m, attr, None), float) and p:
+                rates[f"{name}.{attr}"] = p
+    if rates:
+        raise ValueError(
+            f"vit_tutorial's Swin has no dropout, the {library} model has {len(rates)} rates, "
+            f"first {dict(list(rates.items())[:3])}"
+        )
+    if len(eps := {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}) > 1:
+        raise ValueError(f"the {library} model's LayerNorms differ in eps {sorted(eps)}")
 
 
 def swin_from_timm(model: nn.Module) -> SwinTransformer:
@@ -167,11 +190,11 @@ def swin_from_timm(model: nn.Module) -> SwinTransformer:
             f"global_pool={model.global_pool!r} and head {model.head.fc}"
         )
     blocks = [(s, i, b) for s, stage in enumerate(model.layers) for i, b in enumerate(stage.blocks)]
-    first = blocks[0][2]
-    if not hasattr(first.attn, "relative_position_bias_table"):
-        raise TypeError(f"expected a timm Swin Transformer V1, got {type(first.attn).__name__}")
-    a = first.attn
-    _check_zero("timm", attn_drop=a.attn_drop.p, proj_drop=a.proj_drop.p, drop=model.head.drop.p)
+    a = blocks[0][2].attn
+    if not hasattr(a, "relative_position_bias_table"):
+        raise TypeError(f"expected a timm Swin Transformer V1, got {type(a).__name__}")
+    _check_blocks(model, "timm")
+    fc1 = [stage.blocks[0].mlp.fc1 for stage in model.layers]
     config = SwinConfig(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
@@ -181,7 +204,7 @@ def swin_from_timm(model: nn.Module) -> SwinTransformer:
         depths=tuple(len(stage.blocks) for stage in model.layers),
         num_heads=tuple(stage.blocks[0].attn.num_heads for stage in model.layers),
         window_size=_windows([max(b.window_size) for _, i, b in blocks if i == 0]),
-        mlp_ratio=_mlp_ratio(first.mlp.fc1.in_features, first.mlp.fc1.out_features),
+        mlp_ratio=_mlp_ratio([(fc.in_features, fc.out_features) for fc in fc1], "timm"),
         qkv_bias=a.qkv.bias is not None,
         drop_path=float(f"{getattr(blocks[-1][2].drop_path1, 'drop_prob', 0.0):.6g}"),
         norm_eps=model.norm.eps,
@@ -191,8 +214,7 @@ def swin_from_timm(model: nn.Module) -> SwinTransformer:
 
 
 def _windows(per_stage: list[int]) -> int | tuple[int, ...]:
-    """One window for all stages when they share it, else one per stage (timm shrinks the
-    window of a stage whose grid is smaller, as the official code does)."""
+    """One window if every stage has it, else one per stage (timm shrinks a small grid's)."""
     return per_stage[0] if len(set(per_stage)) == 1 else tuple(per_stage)
 
 
@@ -225,7 +247,7 @@ def swin_from_torchvision(
     """A :class:`~vit_tutorial.swin.SwinTransformer` with the weights of a torchvision Swin (V1):
     ``torchvision.models.swin_t`` and its siblings. torchvision takes any image size; ours is
     built for ``image_size``. Another kind of model (Swin V2 included) raises ``TypeError``,
-    dropout or a rectangular window ``ValueError``. Online only::
+    dropout or a window unlike ours ``ValueError``. Online only::
 
         ours = swin_from_torchvision(swin_t(weights=Swin_T_Weights.IMAGENET1K_V1))
     """
@@ -234,11 +256,8 @@ def swin_from_torchvision(
     first = stages[0][0]
     if type(first).__name__ != "SwinTransformerBlock" or hasattr(first.attn, "logit_scale"):
         raise TypeError(f"expected a torchvision Swin Transformer V1, got {type(first).__name__}")
-    a = first.attn
-    _check_zero("torchvision", attention_dropout=a.attention_dropout, dropout=a.dropout)
-    if len(set(a.window_size)) != 1 or a.proj.bias is None:
-        raise ValueError(f"need a square window and a projection bias, got {a.window_size}")
-    conv = model.features[0][0]
+    _check_blocks(model, "torchvision")
+    conv, fc1 = model.features[0][0], [stage[0].mlp[0] for stage in stages]
     config = SwinConfig(
         image_size=image_size,
         patch_size=_size(conv.kernel_size),
@@ -247,10 +266,19 @@ def swin_from_torchvision(
         dim=conv.out_channels,
         depths=tuple(len(stage) for stage in stages),
         num_heads=tuple(stage[0].attn.num_heads for stage in stages),
-        window_size=a.window_size[0],
-        mlp_ratio=_mlp_ratio(first.mlp[0].in_features, first.mlp[0].out_features),
-        qkv_bias=a.qkv.bias is not None,
+        window_size=_windows([max(stage[0].attn.window_size) for stage in stages]),
+        mlp_ratio=_mlp_ratio([(fc.in_features, fc.out_features) for fc in fc1], "torchvision"),
+        qkv_bias=first.attn.qkv.bias is not None,
         drop_path=float(f"{stages[-1][-1].stochastic_depth.p:.6g}"),
         norm_eps=model.norm.eps,
     )
+    for s, stage in enumerate(stages):  # every block: its stage's square window, our shifts
+        M = config.stage_window(s)
+        for i, b in enumerate(stage):
+            if [*b.attn.window_size, *b.attn.shift_size] != [M, M] + [i % 2 * (M // 2)] * 2:
+                raise ValueError(
+                    f"torchvision's stage {s}, block {i} has window {b.attn.window_size} and "
+                    f"shift {b.attn.shift_size}; vit_tutorial's stage has window {M}, shifted by "
+                    f"{M // 2} in odd blocks"
+                )
     return _load(config, model.state_dict(), "torchvision", model)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from vit_tutorial.attention import MultiHeadSelfAttention, Rope, attention_weights, check_heads
 from vit_tutorial.encoder import BlockOptions, DropPath
-from vit_tutorial.patches import IntOrPair, pair
+from vit_tutorial.patches import IntOrPair
 from vit_tutorial.positional import RelativePositionBias
 from vit_tutorial.validate import check_bool, check_int, check_real, trusted
 
@@ -42,14 +42,21 @@ __all__ = [
 ]
 
 
-def _check_tiling(height: int, width: int, window_size: int) -> int:
+def _check_tiling(height: int, width: int, window_size: int, shift_size: IntOrPair = 0) -> tuple:
+    """``(H, W, M, s_h, s_w)`` as ints, checked before einops sees them (it caches a float's
+    recipe): M divides H and W; ``shift_size`` ``s`` or ``(s_h, s_w)``, ``0 <= s < M``."""
+    H, W = check_int("height", height), check_int("width", width)
     M = check_int("window_size", window_size)
-    if height % M or width % M:
+    if H % M or W % M:
         raise ValueError(
-            f"the grid H×W = {height}×{width} is not divisible by the window size M = {M}; "
-            f"pad it to {-(-height // M) * M}×{-(-width // M) * M} first"
+            f"the grid H×W = {H}×{W} is not divisible by the window size M = {M}; "
+            f"pad it to {-(-H // M) * M}×{-(-W // M) * M} first"
         )
-    return M
+    two = isinstance(shift_size, (tuple, list)) and len(shift_size) == 2
+    sh, sw = (check_int("shift_size", s, 0) for s in (shift_size if two else [shift_size] * 2))
+    if sh >= M or sw >= M:
+        raise ValueError(f"shift_size must be in [0, {M}) (below window_size), got {(sh, sw)}")
+    return H, W, M, sh, sw
 
 
 def window_partition(x: Tensor, window_size: int) -> Tensor:
@@ -64,9 +71,11 @@ def window_partition(x: Tensor, window_size: int) -> Tensor:
                 [ 8.,  9., 12., 13.],
                 [10., 11., 14., 15.]])
     """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a grid tensor (B, H, W, C), got {type(x).__name__}")
     if x.dim() != 4:
         raise ValueError(f"expected a grid (B, H, W, C), got {x.dim()}-D {tuple(x.shape)}")
-    M = _check_tiling(x.shape[1], x.shape[2], window_size)
+    M = _check_tiling(x.shape[1], x.shape[2], window_size)[2]
     # (B, nh·M, nw·M, C) -> (B·nh·nw, M·M, C)
     return rearrange(x, "b (nh m1) (nw m2) c -> (b nh nw) (m1 m2) c", m1=M, m2=M)
 
@@ -79,18 +88,16 @@ def window_reverse(windows: Tensor, window_size: int, height: int, width: int) -
         >>> torch.equal(window_reverse(window_partition(x, 2), 2, 6, 4), x)
         True
     """
-    M = _check_tiling(height, width, window_size)
-    if (
-        windows.dim() != 3
-        or windows.shape[1] != M * M
-        or windows.shape[0] % (height * width // M**2)
-    ):
+    H, W, M = _check_tiling(height, width, window_size)[:3]
+    if not isinstance(windows, Tensor):
+        raise TypeError(f"windows must be a tensor (B·nW, M·M, C), got {type(windows).__name__}")
+    nh, nw = H // M, W // M
+    if windows.dim() != 3 or windows.shape[1] != M * M or windows.shape[0] % (nh * nw):
         raise ValueError(
-            f"windows of shape {tuple(windows.shape)} do not tile a {height}×{width} grid with "
-            f"M = {M}: expected (B·{height * width // M**2}, {M * M}, C)"
+            f"windows of shape {tuple(windows.shape)} do not tile a {H}×{W} grid with "
+            f"M = {M}: expected (B·{nh * nw}, {M * M}, C)"
         )
     # (B·nh·nw, M·M, C) -> (B, nh·M, nw·M, C)
-    nh, nw = height // M, width // M
     return rearrange(windows, "(b nh nw) (m1 m2) c -> b (nh m1) (nw m2) c", nh=nh, nw=nw, m1=M)
 
 
@@ -128,13 +135,10 @@ def shifted_window_mask(height: int, width: int, window_size: int, shift_size: I
         >>> mask.shape, [int(m.sum()) for m in mask]  # pairs allowed of 4 × 4
         (torch.Size([4, 4, 4]), [16, 8, 8, 4])
     """
-    M = _check_tiling(height, width, window_size)
-    sh, sw = pair(shift_size, "shift_size")
-    if not (0 <= sh < M and 0 <= sw < M):
-        raise ValueError(f"shift_size must be in [0, {M}) (below window_size), got {(sh, sw)}")
-    rows = (torch.arange(height) >= height - sh).long()  # 1 for the wrapped rows
-    cols = (torch.arange(width) >= width - sw).long()
-    region = (2 * rows[:, None] + cols[None, :]).view(1, height, width, 1)  # (1, H, W, 1)
+    H, W, M, sh, sw = _check_tiling(height, width, window_size, shift_size)
+    rows = (torch.arange(H) >= H - sh).long()  # 1 for the wrapped rows
+    cols = (torch.arange(W) >= W - sw).long()
+    region = (2 * rows[:, None] + cols[None, :]).view(1, H, W, 1)  # (1, H, W, 1)
     region = window_partition(region, M)[..., 0]  # (nW, M²)
     return region[:, :, None] == region[:, None, :]  # (nW, M², M²)
 
@@ -151,11 +155,11 @@ def block_diagonal_mask(
         >>> block_diagonal_mask(2, 4, 2)[0].int()  # token (0, 0) sees its 2×2 window
         tensor([1, 1, 0, 0, 1, 1, 0, 0], dtype=torch.int32)
     """
-    windowed = shifted_window_mask(height, width, window_size, shift_size)  # checks the sizes
-    sh, sw = pair(shift_size, "shift_size")
-    token = torch.arange(height * width).view(1, height, width, 1)  # grid position of each token
-    token = window_partition(torch.roll(token, (-sh, -sw), (1, 2)), window_size)[..., 0]
-    full = torch.zeros(height * width, height * width, dtype=torch.bool)
+    H, W, M, sh, sw = _check_tiling(height, width, window_size, shift_size)
+    windowed = shifted_window_mask(H, W, M, (sh, sw))
+    token = torch.arange(H * W).view(1, H, W, 1)  # grid position of each token
+    token = window_partition(torch.roll(token, (-sh, -sw), (1, 2)), M)[..., 0]
+    full = torch.zeros(H * W, H * W, dtype=torch.bool)
     full[token[:, :, None], token[:, None, :]] = windowed  # (nW, M², M²) into (HW, HW)
     return full
 
@@ -184,9 +188,8 @@ class WindowAttention(MultiHeadSelfAttention):
     """
 
     def __init__(self, dim: int, window_size: int, num_heads: int, qkv_bias: bool = True) -> None:
-        check_heads(dim, num_heads), check_int("window_size", window_size)
-        check_bool("qkv_bias", qkv_bias)
-        self._build(dim, window_size, num_heads, qkv_bias)
+        check_heads(dim, num_heads), check_bool("qkv_bias", qkv_bias)
+        self._build(dim, check_int("window_size", window_size), num_heads, qkv_bias)
 
     def _build(self, dim: int, window_size: int, num_heads: int, qkv_bias: bool = True) -> None:
         super()._build(dim, num_heads, qkv_bias, 0.0, 0.0)
@@ -295,13 +298,11 @@ class SwinBlock(nn.Module):
         norm_eps: float = 1e-5,
     ) -> None:
         o = BlockOptions(dim, num_heads, mlp_ratio, qkv_bias, norm_eps=norm_eps)  # checks them
-        check_int("window_size", window_size), check_int("shift_size", shift_size, 0)
-        if shift_size >= window_size:
-            raise ValueError(
-                f"shift_size must be below window_size {window_size}, got {shift_size}"
-            )
+        M, s = check_int("window_size", window_size), check_int("shift_size", shift_size, 0)
+        if s >= M:
+            raise ValueError(f"shift_size must be below window_size {M}, got {s}")
         check_real("drop_path", drop_path, 0.0, 1.0, high_open=True)
-        self._build(o, window_size, shift_size, drop_path)
+        self._build(o, M, s, drop_path)
 
     def _build(self, o: BlockOptions, window_size: int, shift_size: int, drop_path: float) -> None:
         super().__init__()
@@ -382,8 +383,7 @@ class PatchMerging(nn.Module):
     """
 
     def __init__(self, dim: int, norm_eps: float = 1e-5) -> None:
-        check_int("dim", dim), check_real("norm_eps", norm_eps, 0.0, low_open=True)
-        self._build(dim, norm_eps)
+        self._build(check_int("dim", dim), check_real("norm_eps", norm_eps, 0.0, low_open=True))
 
     def _build(self, dim: int, norm_eps: float = 1e-5) -> None:
         super().__init__()
