@@ -4,6 +4,7 @@ and leave no trace (random state, model mode) behind them."""
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,7 @@ from vit_tutorial.positional import (
 )
 from vit_tutorial.vit import VisionTransformer
 
+from checker_messages import wrapped
 from tiny_models import tiny_vit
 
 # ---------------------------------------------------------------------------------------
@@ -451,6 +453,21 @@ def test_check_param_groups_accepts_what_torch_optim_accepts(shape):
     exercises.check_param_groups(groups)
 
 
+def test_check_greyscale_resnet_accepts_its_own_relu_in_training_mode(capsys):
+    """A ReLU not in place computes the same; the model's training mode is left as it was."""
+    models = []
+
+    def build(in_channels, k):
+        model = resnet18_greyscale(in_channels, k)
+        model.relu = torch.nn.ReLU()
+        models.append(model)
+        return model
+
+    exercises.check_greyscale_resnet(build)
+    assert capsys.readouterr().out.startswith("Correct! check_greyscale_resnet")
+    assert all(model.training for model in models)
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_the_distillation_reference_is_the_packages_loss_of_a_distilled_vit(smoothing):
     torch.manual_seed(0)
@@ -826,6 +843,33 @@ def resnet_with(num_classes=None, maxpool=True, **conv1):
     return build
 
 
+class BlockWithoutShortcut(torchvision.models.resnet.BasicBlock):
+    """torchvision's residual block with its shortcut dropped: relu(bn2(conv2(...)))."""
+
+    def forward(self, x):
+        return self.relu(self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+
+
+def resnet_changed(fault):
+    """The right answer, then one change that keeps every parameter's name and shape."""
+
+    def build(in_channels, k):
+        model = resnet18_greyscale(in_channels, k)
+        if fault == "stem relu":
+            model.relu = torch.nn.Identity()
+        if fault == "stride moved":  # layer2's first block downsamples in conv2, not conv1
+            model.layer2[0].conv1.stride, model.layer2[0].conv2.stride = (1, 1), (2, 2)
+        if fault == "no shortcut":
+            model.layer3[1].__class__ = BlockWithoutShortcut
+        if fault == "max pooled":
+            model.avgpool = torch.nn.AdaptiveMaxPool2d(1)
+        if fault == "eps":
+            model.bn1.eps = 0.1
+        return model
+
+    return build
+
+
 def distillation_with(mistake):
     """DeiT's hard-label distillation loss with one usual mistake."""
 
@@ -1146,6 +1190,24 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_greyscale_resnet", resnet_with(dilation=2), "dilated (dilation=(2, 2))"),
     ("check_greyscale_resnet", resnet_with(dilation=2), "to a 6×6 grid, not 7×7"),
     ("check_greyscale_resnet", resnet_with(padding_mode="reflect"), "padding_mode='reflect'"),
+    ("check_greyscale_resnet", resnet_changed("stem relu"), "model.relu gives other values"),
+    (
+        "check_greyscale_resnet",
+        resnet_changed("stem relu"),
+        "yours is Identity(), torchvision's ReLU(inplace=True); only conv1 may change",
+    ),
+    (
+        "check_greyscale_resnet",
+        resnet_changed("stride moved"),
+        "model.layer2[0].conv1 gives (2, 128, 16, 16), torchvision's (2, 128, 8, 8)",
+    ),
+    (
+        "check_greyscale_resnet",
+        resnet_changed("no shortcut"),
+        "model.layer3[1].relu (call 2, after adding the shortcut) gives other values",
+    ),
+    ("check_greyscale_resnet", resnet_changed("max pooled"), "yours is AdaptiveMaxPool2d"),
+    ("check_greyscale_resnet", resnet_changed("eps"), "model.bn1 gives other values"),
     ("check_distillation_loss", distillation_with("soft"), "not its probabilities"),
     ("check_distillation_loss", distillation_with("kl"), "the teacher's hard labels"),
     ("check_distillation_loss", distillation_with("smoothed"), "for the class head only"),
@@ -1457,6 +1519,100 @@ def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
         grade_prediction("check_x", "x", "100", 100, what="tokens", tolerance=0.1)
     grade_prediction("check_x", "x", ..., 100, what="tokens", tolerance=0.1)
     assert capsys.readouterr().out == "not attempted yet: fill in `x` above and re-run\n"
+
+
+@pytest.mark.parametrize(
+    "number",
+    [np.float32(0.0724), np.float64(0.0724), np.array(0.0724), torch.tensor(0.0724)],
+    ids=["np.float32", "np.float64", "0-d ndarray", "0-d tensor"],
+)
+def test_prediction_checkers_accept_numpy_and_torch_numbers(number, capsys):
+    exercises.check_window_flops_prediction(number)
+    assert capsys.readouterr().out.startswith("Correct! check_window_flops_prediction")
+
+
+@pytest.mark.parametrize(
+    "whole",
+    [np.int64(785), np.array(785), torch.tensor(785)],
+    ids=["np.int64", "0-d ndarray", "0-d tensor"],
+)
+def test_prediction_checkers_accept_numpy_and_torch_whole_numbers(whole, capsys):
+    exercises.check_tokens_prediction(whole)
+    assert capsys.readouterr().out.startswith("Correct! check_tokens_prediction")
+    with pytest.raises(AssertionError) as error:
+        exercises.check_tokens_prediction(whole - 1)
+    assert "You left out the class token" in flat(str(error.value))
+
+
+@pytest.mark.parametrize("kind", [np.int64, torch.tensor], ids=["np.int64", "0-d tensor"])
+def test_count_checkers_take_numpy_and_torch_whole_numbers(kind, capsys):
+    exercises.check_axial_scores(lambda gh, gw: kind(gh * gw * (gh + gw)))
+    exercises.check_layer_scale_parameters(lambda dim, depth: kind(2 * dim * depth))
+    assert capsys.readouterr().out.count("Correct!") == 2
+    with pytest.raises(AssertionError, match=wrapped("that is N²")):
+        exercises.check_axial_scores(lambda gh, gw: kind((gh * gw) ** 2))
+    with pytest.raises(AssertionError, match=wrapped("that is one γ per block")):
+        exercises.check_layer_scale_parameters(lambda dim, depth: kind(dim * depth))
+
+
+def test_count_checkers_reject_what_is_not_a_whole_number():
+    with pytest.raises(AssertionError, match=wrapped("return a number, got NoneType")):
+        exercises.check_axial_scores(lambda gh, gw: None)
+    with pytest.raises(AssertionError, match=wrapped("return an int, got float")):
+        exercises.check_layer_scale_parameters(lambda dim, depth: torch.tensor(2.0 * dim * depth))
+    with pytest.raises(AssertionError, match=wrapped("return an int, got bool")):
+        exercises.check_layer_scale_parameters(lambda dim, depth: np.bool_(True))
+
+
+def test_an_unbounded_logit_is_named_whatever_its_number_type():
+    for unbounded in (np.float32("inf"), torch.tensor(1e9), np.array(float("nan"))):
+        with pytest.raises(AssertionError) as error:
+            exercises.check_qk_norm_logit_prediction(unbounded)
+        assert "QK-norm bounds it" in flat(str(error.value))
+
+
+@pytest.mark.parametrize(
+    "value, kind",
+    [
+        (True, "got bool"),
+        (np.bool_(True), "got bool"),
+        (torch.tensor(True), "got bool"),
+        (torch.tensor([785]), "got Tensor of shape (1,)"),
+        (np.array([785, 786]), "got ndarray of shape (2,)"),
+        (785j, "got complex"),
+        ("785", "got str"),
+    ],
+)
+def test_prediction_checkers_reject_what_is_not_one_number(value, kind):
+    with pytest.raises(AssertionError) as error:
+        exercises.check_tokens_prediction(value)
+    assert f"predicted_tokens must be a number, {kind}" in flat(str(error.value))
+
+
+def test_grade_prediction_names_the_nearest_slip_and_an_exact_one():
+    from vit_tutorial.exercises._common import grade_prediction
+
+    slips = [("the first", 100), ("the second", 110), ("the third", 130)]
+    for guess, named in [(108, "the second"), (103, "the first"), (110, "the second")]:
+        with pytest.raises(AssertionError, match=f"measured: 200. {named}$"):
+            grade_prediction("check_x", "x", guess, 200, what="", tolerance=0.1, slips=slips)
+
+
+@pytest.mark.parametrize(
+    "name, exact, slip",
+    [
+        ("check_window_flops_prediction", 1.0, "the projections alone"),  # not the grid's side
+        (
+            "check_axial_flops_prediction",
+            attention_flops(14, 64, "full") / attention_flops(14, 64, "axial"),
+            "that is the ratio at D = 64",  # not one set of projections
+        ),
+    ],
+)
+def test_prediction_checkers_name_the_slip_a_prediction_is_exactly(name, exact, slip):
+    with pytest.raises(AssertionError) as error:
+        getattr(exercises, name)(exact)
+    assert slip in flat(str(error.value))
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ instead of a traceback.
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 import textwrap
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from torch import Tensor
 __all__ = [
     "NOT_ATTEMPTED",
     "WIDTH",
+    "as_number",
     "call_safely",
     "checker",
     "close",
@@ -28,6 +30,7 @@ __all__ = [
     "dtype_name",
     "grade_loss",
     "grade_prediction",
+    "kind_of",
     "passed",
     "scalar_loss",
     "shape_of",
@@ -251,6 +254,39 @@ def _number(x: float) -> str:
     return f"{x:.3g}"
 
 
+def as_number(value: Any) -> int | float | None:
+    """``value`` as a Python int or float when it is one number, else None.
+
+    A number is an int or a float, a NumPy scalar (``np.float32(0.07)``, ``np.int64(785)``),
+    or a 0-d NumPy array or tensor holding one. A bool is not a number, nor is a tensor of
+    shape ``(1,)``: that is a vector.
+
+    Example:
+        >>> import numpy as np
+        >>> as_number(np.float32(0.5)), as_number(torch.tensor(785)), as_number(True)
+        (0.5, 785, None)
+    """
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        value = value.item()  # a NumPy scalar, a 0-d array or tensor: its Python number
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def kind_of(value: Any) -> str:
+    """What ``value`` is, for a message that rejects it: its type, and its shape if it has one.
+
+    Example:
+        >>> kind_of(torch.zeros(1)), kind_of(torch.tensor(True))
+        ('Tensor of shape (1,)', 'bool')
+    """
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return type(value.item()).__name__  # a 0-d tensor of a bool is a bool
+    shape = getattr(value, "shape", None)
+    shown = f" of shape {tuple(shape)}" if isinstance(shape, tuple) else ""
+    return type(value).__name__ + shown
+
+
 def grade_prediction(
     name: str,
     variable: str,
@@ -270,8 +306,9 @@ def grade_prediction(
     a live timing, so the verdict is the same on every machine. ``tolerance`` is a relative
     margin (``0.1`` accepts ±10%) or ``"sign"`` (the right direction of a change). Either way
     the measured value is shown; a wrong prediction that is one of ``slips`` (within the same
-    margin of the slip's number, and nearer to it than to ``actual``) gets that slip's
-    explanation; any other wrong one gets ``otherwise`` (by default, the margin asked for).
+    margin of the slip's number, and nearer to it than to ``actual``; of several, the one it
+    is nearest) gets that slip's explanation; any other wrong one gets ``otherwise`` (by
+    default, the margin asked for). ``predicted`` may be any number :func:`as_number` reads.
 
     Example:
         >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
@@ -285,8 +322,10 @@ def grade_prediction(
     if predicted is Ellipsis:
         print(NOT_ATTEMPTED.format(name=variable))
         return
-    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)):
-        raise AssertionError(f"{variable} must be a number, got {type(predicted).__name__}")
+    number = as_number(predicted)
+    if number is None:
+        raise AssertionError(f"{variable} must be a number, got {kind_of(predicted)}")
+    predicted = number
 
     def agrees(guess: float) -> bool:
         if tolerance == "sign":
@@ -302,15 +341,21 @@ def grade_prediction(
         margin = "the right sign"
     else:
         margin = f"within ±{float(tolerance):.0%}" if tolerance else "the exact number"
-    hint = next(
-        (why for why, wrong in slips if _is_slip(predicted, wrong, actual, tolerance)),
-        otherwise or f"the exercise asks for {margin}",
-    )
-    raise AssertionError(f"{shown} {hint}")
+    hint = _nearest_slip(predicted, actual, tolerance, slips)
+    raise AssertionError(f"{shown} {hint or otherwise or f'the exercise asks for {margin}'}")
 
 
-def _is_slip(guess: float, wrong: float, actual: float, tolerance: float | str) -> bool:
-    """True when ``guess`` is a slip's number: within the exercise's margin of ``wrong`` (the
-    exact number when the margin is 0 or a sign) and nearer to it than to ``actual``."""
-    margin = 0.0 if tolerance == "sign" else float(tolerance) * abs(wrong)
-    return abs(guess - wrong) <= margin and abs(guess - wrong) < abs(guess - actual)
+def _nearest_slip(
+    guess: float, actual: float, tolerance: float | str, slips: Iterable[tuple[str, float]]
+) -> str | None:
+    """The explanation of the slip whose number ``guess`` is nearest to, among those it is
+    within the exercise's margin of (their exact number when the margin is 0 or a sign) and
+    nearer to than to ``actual``; None when there is none. An exact slip is the nearest; of
+    two slips equally near, the first listed."""
+    fits = [
+        (abs(guess - wrong), why)
+        for why, wrong in slips
+        if abs(guess - wrong) <= (0.0 if tolerance == "sign" else float(tolerance) * abs(wrong))
+        and abs(guess - wrong) < abs(guess - actual)
+    ]
+    return min(fits, key=lambda fit: fit[0])[1] if fits else None

@@ -12,10 +12,12 @@ from torch import Tensor
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.axial import along_axis, attention_flops, axial_mask
 from vit_tutorial.exercises._common import (
+    as_number,
     call_safely,
     checker,
     close,
     grade_prediction,
+    kind_of,
     passed,
     zero_one_mask,
 )
@@ -115,12 +117,12 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
         Correct! check_axial_scores: N·(Gh + Gw) scores, against N² for full attention.
     """
     for gh, gw in [(3, 7), (4, 4), (16, 9), (1, 10)]:  # the first case tells mistakes apart
-        n = gh * gw
-        got = fn(gh, gw)
-        want = n * (gh + gw)
+        n, answer = gh * gw, fn(gh, gw)
+        want, got, case = n * (gh + gw), as_number(answer), f"grid {gh}×{gw} (N = {n})"
+        if got is None:
+            raise AssertionError(f"{case}: return a number, got {kind_of(answer)}")
         if got == want:
             continue
-        case = f"grid {gh}×{gw} (N = {n})"
         mistakes = [
             (
                 n * n,
@@ -143,7 +145,7 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
             ),
         ]
         for value, explanation in mistakes:
-            if isinstance(got, (int, float)) and abs(got - value) < 0.5:
+            if abs(got - value) < 0.5:
                 raise AssertionError(f"{case}: got {got}; {explanation}.")
         raise AssertionError(
             f"{case}: got {got}, expected {want} (height layer N·Gh = {n * gh}, "

@@ -4,13 +4,15 @@ for greyscale images, compared with
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import call_safely, checker, passed, shape_of
+from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
 from vit_tutorial.experiments.ch08 import resnet18_greyscale
 
 __all__ = ["check_greyscale_resnet"]
@@ -162,6 +164,79 @@ def _check_the_rest(model: nn.Module, in_channels: int, num_classes: int, where:
     )
 
 
+def _trace(model: nn.Module, images: Tensor) -> tuple[dict[tuple[str, int], Tensor], Tensor]:
+    """``model(images)``, and what each of its modules returned, by name and call (0, 1, ...),
+    in the order they returned it; ``''`` is the model itself."""
+    outputs: dict[tuple[str, int], Tensor] = {}
+    calls: Counter[str] = Counter()
+
+    def hook(name: str) -> Callable:
+        def record(module: nn.Module, args: Any, output: Any) -> None:
+            if isinstance(output, Tensor):  # a copy: an in-place ReLU would overwrite it
+                outputs[name, calls[name]] = output.detach().clone()
+                calls[name] += 1
+
+        return record
+
+    handles = [module.register_forward_hook(hook(name)) for name, module in model.named_modules()]
+    try:
+        return outputs, model(images)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _where(name: str, call: int) -> str:
+    """A module as a learner writes it, ``model.layer1[0].relu``, and which call of it."""
+    shown = "the model's output" if not name else "model." + re.sub(r"\.(\d+)", r"[\1]", name)
+    if call == 0:
+        return shown
+    return f"{shown} (call {call + 1}{', after adding the shortcut' if 'relu' in name else ''})"
+
+
+def _divergence(model: nn.Module, reference: nn.Module, name: str, got: Any, want: Tensor) -> str:
+    """How the learner's module ``name`` differs from the reference's, which gave ``want``."""
+    if got is None:
+        return "is never run in your model"
+    if got.shape != want.shape:
+        what = f"gives {tuple(got.shape)}, torchvision's {tuple(want.shape)}"
+    else:
+        what = f"gives other values (off by up to {(got - want).abs().max().item():.3g})"
+    mine = dict(model.named_modules()).get(name)
+    theirs = reference.get_submodule(name)
+    if mine is None or next(theirs.children(), None) is not None or repr(mine) == repr(theirs):
+        return what
+    return f"{what}: yours is {mine!r}, torchvision's {theirs!r}"
+
+
+def _check_computation(model: nn.Module, in_channels: int, num_classes: int, where: str) -> None:
+    """With the learner's weights loaded into the reference, each module must compute what the
+    reference's module of that name computes, on a seeded 64×64 batch (every pool at work)."""
+    weight = model.conv1.weight
+    reference = resnet18_greyscale(in_channels, num_classes).to(weight.device, weight.dtype)
+    wanted = reference.state_dict()
+    learned = {
+        k: v for k, v in model.state_dict().items() if k in wanted and wanted[k].shape == v.shape
+    }
+    reference.load_state_dict(learned, strict=False)
+    reference.eval()
+    seeded = torch.Generator().manual_seed(0)
+    images = torch.randn(2, in_channels, 64, 64, generator=seeded).to(weight.device, weight.dtype)
+    batch, was_training = f"a (2, {in_channels}, 64, 64) batch", model.training
+    try:
+        got, _ = call_safely(_trace, (model.eval(), images), batch)
+    finally:
+        model.train(was_training)
+    for (name, call), want in _trace(reference, images)[0].items():
+        scale = 1e-4 * (1.0 + want.abs().max().item())  # float32 through 20 layers
+        if got.get((name, call)) is None or not close(got[name, call], want, atol=scale):
+            problem = _divergence(model, reference, name, got.get((name, call)), want)
+            raise AssertionError(
+                f"for {where}: with the same weights, on {batch}, {_where(name, call)} "
+                f"{problem}; only conv1 may change"
+            )
+
+
 @checker
 def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
     """Grade a learner's ``fn(in_channels, num_classes) -> nn.Module``.
@@ -171,8 +246,10 @@ def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
     ``nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)``, and
     nothing else changed: with the max-pool, that stem takes a 28×28 image to a 7×7 grid.
     The checker compares the structure (conv1, the max-pool, the head, every parameter's
-    shape) with :func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`'s, and runs the
-    model on a batch; the initial weights are free.
+    shape) with :func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`'s, runs the model
+    on a batch, then loads its weights into the reference and compares what every layer
+    computes on a seeded batch (a layer replaced, a stride moved, a shortcut dropped are
+    named); the initial weights are free.
 
     Raises:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
@@ -214,6 +291,7 @@ def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
                 f"for {where}: a (2, {in_channels}, 28, 28) batch gives {shape}, not the "
                 f"logits (2, {num_classes}), one row per image"
             )
+        _check_computation(model, in_channels, num_classes, where)
         counts.append(sum(p.numel() for p in model.parameters()))
     passed(
         "check_greyscale_resnet",

@@ -22,10 +22,12 @@ from torch.overrides import TorchFunctionMode
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.backbone import to_format
 from vit_tutorial.exercises._common import (
+    as_number,
     call_safely,
     checker,
     close,
     grade_prediction,
+    kind_of,
     passed,
     shape_of,
 )
@@ -65,8 +67,10 @@ def _grade(
     they differ in shape or number, with the explanation of the first of ``slips`` that ``got``
     is, or ``otherwise``. ``want`` is a tensor, an int or a shape (a tuple)."""
     kind = next(k for k in _KINDS if isinstance(want, k))
+    if kind is numbers.Integral and isinstance(as_number(got), int):
+        got = as_number(got)  # a NumPy int, a 0-d tensor of one: a count
     if not isinstance(got, kind) or isinstance(got, bool):
-        raise AssertionError(f"{what}: return {_KINDS[kind]}, got {type(got).__name__}")
+        raise AssertionError(f"{what}: return {_KINDS[kind]}, got {kind_of(got)}")
     if _same(got, want):
         return
     hint = next((why for why, wrong in slips if _same(got, wrong)), None)
@@ -375,9 +379,7 @@ def check_qk_norm_logit_prediction(predicted_max_logit: Any) -> None:
             1 / math.sqrt(d),
         ),
     ]
-    unbounded = isinstance(predicted_max_logit, (int, float)) and not (
-        abs(predicted_max_logit) <= 10 * d  # inf and nan too
-    )
+    unbounded = not abs(as_number(predicted_max_logit) or 0) <= 10 * d  # inf and nan too
     grade_prediction(
         "check_qk_norm_logit_prediction",
         "predicted_max_logit",
