@@ -23,6 +23,15 @@ def tiny_vit(**fields) -> VisionTransformer:
     return VisionTransformer(**{**TINY, **fields})
 
 
+def wide_vit(**fields) -> VisionTransformer:
+    """:func:`tiny_vit` four times wider (``dim=64``, heads of width 32): it learns :func:`blobs`
+    from every initialisation tried (seeds 0 to 9 on the CPU: 100% held out after 8 epochs, in
+    float32, bf16 and fp16, and as a distilled student), where ``tiny_vit`` stalls near 2/3 from
+    some (seeds 5 and 7 under torch 2.14). The tests that ask a training run to learn use it: a
+    fault must not pass for bad luck."""
+    return tiny_vit(**{"dim": 64, **fields})
+
+
 def blobs(n=96, seed=0):
     """Three classes of 1×4×4 images, a fixed pattern per class plus noise: easy to learn."""
     patterns = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(42))
