@@ -83,3 +83,27 @@ def test_reports_fashion_mnist_files_when_present(tmp_path, monkeypatch):
     assert "Fashion-MNIST files: absent" in env_report.report()
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")
     assert "Fashion-MNIST files: present" in env_report.report()
+
+
+def test_help_describes_the_report_and_names_the_commands(capsys):
+    assert env_report.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m vit_tutorial") and "train or finetune" in out
+    assert "vit_tutorial:" not in out  # the help, not the report
+
+
+def test_unknown_arguments_are_one_line_and_exit_2(capsys):
+    assert env_report.main(["trian", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "python -m vit_tutorial: error: unknown arguments 'trian --epochs 1'"
+
+
+def test_train_and_finetune_run_the_command_line(capsys, monkeypatch):
+    """``python -m vit_tutorial train ...`` trains (here: its usage error names itself)."""
+    monkeypatch.setattr("vit_tutorial.cli.train_recipe", lambda *a, **k: pytest.fail("trained"))
+    for command in (["train"], ["finetune", "timm:x", "--image-folder", "."]):
+        with pytest.raises(SystemExit) as exit_info:
+            env_report.main([*command, "--seed", "-1"])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith(f"python -m vit_tutorial {command[0]}: error: argument --seed")

@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from vit_tutorial import train
+from vit_tutorial.axial import AxialViT
 from vit_tutorial.checkpoint import save_checkpoint
-from vit_tutorial.cli import main
+from vit_tutorial.cli import DESCRIPTION, main
 from vit_tutorial.finetune import load_pretrained
 from vit_tutorial.interop import max_abs_logit_difference
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.recipes import RECIPES
+from vit_tutorial.validate import MAX_SEED
 from vit_tutorial.vit import VisionTransformer
 
 TINY = ["--preset", "digits-tiny", "--no-progress"]
@@ -98,6 +100,8 @@ def test_a_subcommand_is_needed_and_help_lists_both(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "train" in out and "finetune" in out
+    description = " ".join(out.split("\n\n")[1].split())  # for a terminal: no markup, whole
+    assert description == DESCRIPTION and description.endswith(".") and "``" not in out
 
 
 @pytest.mark.parametrize(
@@ -114,12 +118,24 @@ def test_options_of_the_other_subcommand_are_unrecognized(argv, unrecognized, ca
     assert line == f"python -m vit_tutorial.cli: error: unrecognized arguments: {unrecognized}"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_without_a_gpu_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["train", *TINY, "--device", "cuda"])
-    line = last_error_line(capsys, exit_info)
-    assert line.endswith("argument --device: CUDA is not available on this machine, got 'cuda'")
+ABSENT = ["xla", "cuda:9"] + ["cuda"] * (not torch.cuda.is_available())
+ABSENT += ["mps"] * (not torch.backends.mps.is_available())
+
+
+@pytest.mark.parametrize("device", ABSENT)
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_device_this_machine_lacks_is_a_usage_error_before_any_data(
+    device, command, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("vit_tutorial.cli.train_recipe", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr("vit_tutorial.cli.load_pretrained", lambda *a, **k: pytest.fail("load"))
+    args = [*TINY] if command == "train" else ["timm:x", "--image-folder", str(tmp_path)]
+    for where, message in [(device, "is not on this machine (it has cpu"), ("meta", "no data")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, *args, "--device", where])
+        line = last_error_line(capsys, exit_info)
+        assert line.startswith(USAGE.format(command) + f"argument --device: device '{where}'")
+        assert message in line
 
 
 def test_resume_from_a_missing_checkpoint_names_the_path(tmp_path, capsys):
@@ -180,8 +196,9 @@ def test_resuming_with_the_seed_it_was_trained_with_continues(run_pt, tmp_path, 
         (["--checkpoint", "DIR", "--resume"], "argument --checkpoint: DIR is not a file"),
         (["--data-root", "FILE"], "argument --data-root: FILE is not a folder"),
         (["--data-root", "FILE/data"], "argument --data-root: FILE/data: FILE is a file, not a"),
-        (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
-        (["--seed", "1.5"], "argument --seed: must be an integer >= 0, got '1.5'"),
+        (["--seed", "-1"], f"argument --seed: must be an integer from 0 to {MAX_SEED}, got '-1'"),
+        (["--seed", "1.5"], "argument --seed: must be an integer from 0 to 9223372036854775807"),
+        (["--seed", str(2**70)], f"argument --seed: must be an integer from 0 to {2**63 - 1}, got"),
     ],
 )
 def test_paths_and_seeds_are_checked_before_any_training(
@@ -371,13 +388,15 @@ def test_finetune_from_a_masked_autoencoder_checkpoint_trains_its_encoder(photos
     assert result.model.config.num_classes == 3 and result.history["epoch"] == [1]
 
 
-def test_finetune_from_a_distilled_or_hostile_file_is_one_line(photos, tmp_path, capsys):
+def test_finetune_from_a_distilled_axial_or_hostile_file_is_one_line(photos, tmp_path, capsys):
     distilled, hostile = tmp_path / "distilled.pt", tmp_path / "hostile.pt"
     config = dict(image_size=32, patch_size=16, dim=16, depth=1, num_heads=2)
     save_checkpoint(distilled, VisionTransformer(**config, distilled=True))
+    save_checkpoint(axial := tmp_path / "axial.pt", AxialViT(**config))
     torch.save({"model": last_error_line}, hostile)  # a function: torch.load refuses it
     for path, message in [
         (distilled, "a distilled ViT (DeiT's distillation token): fine-tune one without"),
+        (axial, "holds the weights of another model than a VisionTransformer: state dict"),
         (hostile, "does not load safely: it is not a checkpoint written by"),
     ]:
         with pytest.raises(SystemExit) as exit_info:

@@ -1,4 +1,6 @@
-"""``python -m vit_tutorial``: print an environment report to paste into a bug report.
+"""``python -m vit_tutorial``: print an environment report to paste into a bug report;
+``python -m vit_tutorial train ...`` and ``finetune ...`` are the command line's
+(:mod:`vit_tutorial.cli`, ``vit-tutorial``).
 
 The report names the package's version and location, Python and the platform, the versions
 of the packages the book uses ("not installed" when one is missing), what torch can run on,
@@ -70,8 +72,30 @@ def report() -> str:
     return "\n".join(f"{name + ':':<{width}} {value}" for name, value in rows)
 
 
-def main() -> int:
-    """Print the environment report; the exit status, 0."""
+PROG = "python -m vit_tutorial"
+HELP = f"""usage: {PROG} [-h] [COMMAND ...]
+
+With no arguments, print a report of this environment (versions, devices, datasets) to
+paste into a bug report. COMMAND is the command line's: train or finetune
+(vit-tutorial COMMAND --help lists their options)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the environment report, or run ``train``/``finetune``; the exit status (2 for
+    arguments it does not know, after one line naming them)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("train", "finetune"):
+        from vit_tutorial.cli import main as cli_main  # torch: imported only to train
+
+        cli_main(argv, name=PROG)
+        return 0
+    if argv in (["-h"], ["--help"]):
+        print(HELP)
+        return 0
+    if argv:
+        usage = HELP.split("\n")[0]
+        print(f"{usage}\n{PROG}: error: unknown arguments {' '.join(argv)!r}", file=sys.stderr)
+        return 2
     print(report())
     return 0
 

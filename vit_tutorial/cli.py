@@ -51,20 +51,29 @@ from vit_tutorial.finetune import (
 )
 from vit_tutorial.patches import pair
 from vit_tutorial.recipes import DEFAULT_PRESET, RECIPES, train_recipe
+from vit_tutorial.validate import MAX_SEED
 
 __all__ = ["main", "command"]
 
+#: ``--help``'s description, written for a terminal (the module's docstring is for the docs).
+DESCRIPTION = (
+    "Train a preset ViT on digits, Fashion-MNIST or CIFAR-10 (train), or fine-tune a "
+    "pre-trained ViT on a folder of your images (finetune). COMMAND --help lists its options."
+)
 
-def _positive(kind: type, low: int = 0) -> Callable[[str], int | float]:
-    """argparse type: an integer > ``low`` (``kind`` int) or a finite number > 0 (float)."""
+
+def _positive(kind: type, low: int = 0, high: float = math.inf) -> Callable[[str], int | float]:
+    """argparse type: an integer from ``low + 1`` to ``high`` (``kind`` int) or a finite
+    number > 0 (float)."""
     expected = f"an integer >= {low + 1}" if kind is int else "a finite number > 0"
+    expected = f"an integer from {low + 1} to {high}" if high < math.inf else expected
 
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             value = low
-        if not low < value < math.inf:  # also refuses nan
+        if not (low < value < math.inf and value <= high):  # also refuses nan
             raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
         return value
 
@@ -72,16 +81,12 @@ def _positive(kind: type, low: int = 0) -> Callable[[str], int | float]:
 
 
 def _device(text: str) -> torch.device:
-    """argparse type of ``--device``: the device, resolved here once ('auto': a GPU if any)."""
+    """argparse type of ``--device``: the device, resolved here once ('auto': a GPU if any),
+    and one this machine has, before any data loads."""
     try:
-        device = resolve_device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(
-            f"unknown device {text!r}; expected 'auto', 'cpu', 'cuda', 'cuda:N', ..."
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"CUDA is not available on this machine, got {text!r}")
-    return device
+        return resolve_device(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _path(kind: str, exists: bool = False) -> Callable[[str], Path]:
@@ -106,13 +111,14 @@ def _parser(prog: str, subcommand_prog: str | None) -> argparse.ArgumentParser:
     add("--epochs", type=_positive(int), help="override the default number of epochs")
     add("--lr", type=_positive(float), help="override the default peak learning rate")
     add("--batch-size", type=_positive(int), help="override the per-process batch size")
-    add("--seed", type=_positive(int, -1), default=0, help="seed of the weights and the data order")
+    seed = _positive(int, -1, MAX_SEED)
+    add("--seed", type=seed, default=0, help="seed of the weights and the data order")
     add("--checkpoint", type=_path("file"), help="save a checkpoint here every epoch")
     add("--resume", action="store_true", help="continue from --checkpoint")
     add("--device", type=_device, default="auto", help="'auto', 'cpu', 'cuda', 'cuda:N', ...")
     add("--amp", default="auto", choices=["auto", "bf16", "fp16", "none"])
     add("--no-progress", action="store_true", help="print nothing per epoch")
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     subcommand = functools.partial(commands.add_parser, parents=[shared], prog=subcommand_prog)
     train = subcommand("train", help="train a preset from scratch")
@@ -195,12 +201,15 @@ def _finetune(args: argparse.Namespace, options: dict) -> tuple[TrainResult, str
     return result, f"finetune {args.source} ({mode}, seed {args.seed}", "validation"
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> TrainResult:
+def main(
+    argv: list[str] | None = None, *, prog: str | None = None, name: str | None = None
+) -> TrainResult:
     """Parse the command line, train, print the accuracy on the held-out images and the
     training time; return the result. ``prog`` (``python -m vit_tutorial.train``'s) names the
-    command and its subcommands in messages."""
+    command and its subcommands in messages, ``name`` (``python -m vit_tutorial``'s) the
+    command alone."""
     default = "vit-tutorial" if Path(sys.argv[0]).name == "vit-tutorial" else None
-    args = _parser(prog or default or "python -m vit_tutorial.cli", prog).parse_args(argv)
+    args = _parser(prog or name or default or "python -m vit_tutorial.cli", prog).parse_args(argv)
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
         _check(args)

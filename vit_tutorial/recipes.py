@@ -14,7 +14,7 @@ import torch
 
 from vit_tutorial.data import DataSplits, cifar10_datasets, digits_datasets, fashion_mnist_datasets
 from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_int, check_seed
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = ["Recipe", "RECIPES", "DEFAULT_PRESET", "recipe_datasets", "train_recipe"]
@@ -115,7 +115,7 @@ def train_recipe(
     """
     if preset not in RECIPES:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(RECIPES)}")
-    seed = check_int("seed", seed, 0)
+    seed = check_seed(seed)
     recipe = RECIPES[preset]
     given = {k: v for k, v in {"epochs": epochs, "lr": lr}.items() if v is not None}
     batch_size = recipe.batch_size if batch_size is None else batch_size

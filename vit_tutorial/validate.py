@@ -13,7 +13,15 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["check_int", "check_real", "check_bool", "trusted", "ModelConfig", "build_preset"]
+__all__ = [
+    "check_int",
+    "check_seed",
+    "check_real",
+    "check_bool",
+    "trusted",
+    "ModelConfig",
+    "build_preset",
+]
 
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
@@ -32,6 +40,15 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = 
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return int(value)
+
+
+#: The largest seed: torch's generators take 64 bits, and a loader adds the epoch to the seed.
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(value: object, name: str = "seed") -> int:
+    """``value`` as a seed: an integer from 0 to :data:`MAX_SEED` (2**63 - 1)."""
+    return check_int(name, value, 0, MAX_SEED)
 
 
 def check_real(

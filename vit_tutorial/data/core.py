@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from vit_tutorial.validate import check_bool, check_int
+from vit_tutorial.validate import check_bool, check_int, check_seed
 
 __all__ = ["DataSplits", "make_loader", "ImageTensors", "stratified_indices", "data_root"]
 
@@ -80,7 +80,7 @@ def make_loader(
         True
     """
     batch_size = check_int("batch_size", batch_size)  # an int, DataLoader's only integer
-    seed, num_workers = check_int("seed", seed, 0), check_int("num_workers", num_workers, 0)
+    seed, num_workers = check_seed(seed), check_int("num_workers", num_workers, 0)
     check_bool("shuffle", shuffle), check_bool("drop_last", drop_last)
     sampler = None
     if shuffle:
@@ -148,7 +148,7 @@ def stratified_indices(labels: Tensor, size: int, seed: int = 0) -> Tensor:
     """
     if not 0 <= check_int("size", size, 0) <= len(labels):
         raise ValueError(f"size must be in [0, {len(labels)}] (the number of labels), got {size}")
-    seed = check_int("seed", seed, 0)
+    seed = check_seed(seed)
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     ordered = labels[order]
     counts = torch.bincount(labels)

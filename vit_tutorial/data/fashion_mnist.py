@@ -23,7 +23,7 @@ from vit_tutorial.data.core import (
     make_loader,
     stratified_indices,
 )
-from vit_tutorial.validate import check_bool, check_int
+from vit_tutorial.validate import check_bool, check_int, check_seed
 
 __all__ = [
     "fashion_mnist_datasets",
@@ -148,7 +148,7 @@ def fashion_mnist_datasets(
         FileNotFoundError: the files are missing and ``download`` is false.
         ConnectionError: the files are missing and the server cannot be reached.
     """
-    check_int("seed", seed, 0), check_int("batch_size", batch_size)  # before any download
+    check_seed(seed), check_int("batch_size", batch_size)  # before any download
     train, val, test = _datasets(data_root(root), download, timeout, train_size, val_size)
     train.transform = train_transform
     collate = functools.partial(_collate_then, batch_transform) if batch_transform else None

@@ -36,7 +36,7 @@ from vit_tutorial.finetune import replace_head, set_image_size
 from vit_tutorial.losses import mae_loss
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.positional import sinusoidal_2d
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_int, check_seed
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -149,7 +149,7 @@ def start(name: str, seed: int, encoders: dict[str, nn.Module]) -> VisionTransfo
     too). The encoders are left as they are."""
     if name not in STARTS:
         raise ValueError(f"unknown start {name!r}; expected one of {STARTS}")
-    torch.manual_seed(check_int("seed", seed, 0))
+    torch.manual_seed(check_seed(seed))
     if name == "scratch":
         return VisionTransformer(**ENCODER, pool="mean", num_classes=10)
     if name == "mae":
