@@ -314,8 +314,9 @@ def test_bad_config_and_images():
         AxialEncoderBlock(16, 4, mlp_ratio=0.01)
     with pytest.raises(TypeError, match=r"unknown AxialViTConfig fields \['pool'\]"):
         tiny(pool="cls")
-    with pytest.raises(ValueError, match=r"expected image size \(8, 8\), got \(16, 16\)"):
+    with pytest.raises(ValueError, match=r"expected image size \(8, 8\), got \(16, 16\)") as e:
         tiny()(torch.randn(1, 1, 16, 16))
+    assert str(e.value).endswith("image_size=(16, 16)")  # no option it lacks is advised
     with pytest.raises(ValueError, match=r"kind must be 'full' or 'axial', got 'sparse'"):
         attention_flops(8, 64, "sparse")
     with pytest.raises(ValueError, match=r"repeats must be at least 1, got 0"):

@@ -48,7 +48,7 @@ from vit_tutorial.finetune import finetune
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.recipes import RECIPES
-from vit_tutorial.swin import SWIN_PRESETS
+from vit_tutorial.swin import SWIN_PRESETS, SwinTransformer
 from vit_tutorial.vit import VisionTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +150,61 @@ def test_ch06_permuted_token_logits_is_the_model_for_the_identity_and_shuffles_t
         ch06.permuted_token_logits(relative, images, torch.arange(16))
     with pytest.raises(TypeError, match="epochs must be an integer, got '3'"):
         next(ch06.ablation(["pos-none"], [0], "3"))
+
+
+def _patches_in_order(images, order, patch):
+    """The images with their patches moved: patch ``n`` becomes patch ``order[b, n]``."""
+    b, c, h, w = images.shape
+    grid = images.reshape(b, c, h // patch, patch, w // patch, patch).permute(0, 2, 4, 1, 3, 5)
+    tokens = grid.reshape(b, -1, c, patch, patch)  # (B, N, C, p, p), row-major
+    moved = tokens[torch.arange(b)[:, None], order.expand(b, -1)].reshape(grid.shape)
+    return moved.permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+
+
+@pytest.mark.parametrize(
+    "options, size",
+    [
+        (dict(dynamic_image_size=True), (12, 16)),  # another grid: the table resampled to it
+        (dict(reg_tokens=2, no_embed_class=True), (8, 8)),
+        (dict(rope="axial", pos_embed="none", pool="mean"), (8, 8)),
+        (dict(distilled=True), (8, 8)),
+    ],
+)
+def test_ch06_permuted_token_logits_equal_the_model_on_images_with_moved_patches(options, size):
+    """The stem is patchwise: permuting its tokens is permuting the image's patches, whatever
+    the model's prefix tokens, position encoding or image size."""
+    torch.manual_seed(0)
+    model = _small_vit(**options).eval()
+    torch.nn.init.normal_(model.head.weight)
+    images = torch.randn(2, 1, *size)
+    n = (size[0] // 2) * (size[1] // 2)
+    order = torch.stack([torch.randperm(n) for _ in range(2)])
+    with torch.no_grad():
+        moved = model(_patches_in_order(images, order, 2))
+        torch.testing.assert_close(ch06.permuted_token_logits(model, images, order), moved)
+        assert not torch.allclose(moved, model(images))
+
+
+def test_ch06_probes_refuse_what_they_cannot_read():
+    model, images = _small_vit(), torch.randn(3, 1, 8, 8)
+    for order, error, named in [
+        (torch.arange(17), ValueError, r"order must be \(16,\) or \(3, 16\).*got \(17,\)"),
+        (torch.arange(16).expand(2, -1), ValueError, r"got \(2, 16\)"),
+        (torch.arange(16.0), TypeError, "order must be an integer tensor, got torch.float32"),
+        (list(range(16)), TypeError, "order must be an integer tensor, got list"),
+    ]:
+        with pytest.raises(error, match=named):
+            ch06.permuted_token_logits(model, images, order)
+    swin = SwinTransformer(SWIN_PRESETS["swin_fashion"])
+    with pytest.raises(TypeError, match="takes a VisionTransformer .*got SwinTransformer"):
+        ch06.permuted_token_logits(swin, torch.randn(1, 1, 28, 28), torch.arange(49))
+    stack = torch.randn(3, 16, 8)  # three tables: each is its own similarity, never merged
+    with pytest.raises(ValueError, match=r"one table \(T, D\) or \(1, T, D\), got \(3, 16, 8\)"):
+        ch06.position_similarity(stack)
+    with pytest.raises(ValueError, match="a table of 16 rows has none after 16 prefix rows"):
+        ch06.position_similarity(stack[0], num_prefix_tokens=16)
+    with pytest.raises(TypeError, match="floating-point tensor, got ndarray"):
+        ch06.position_similarity(np.zeros((16, 8)))
 
 
 def test_ch06_ablation_reads_seeds_once_as_plain_ints(monkeypatch):

@@ -144,6 +144,16 @@ def test_files_that_are_not_vit_checkpoints_are_value_errors_naming_them(tmp_pat
         load_pretrained(linear)
 
 
+def test_an_axial_vit_checkpoint_is_refused_by_its_weights(tmp_path):
+    """AxialViTConfig's fields are all ViTConfig's: the weights tell the models apart."""
+    from vit_tutorial.axial import AxialViT
+
+    path = tmp_path / "axial.pt"
+    save_checkpoint(path, AxialViT(image_size=8, patch_size=2, dim=16, depth=1, num_heads=2))
+    with pytest.raises(ValueError, match=f"{path} holds the weights of another model than a Vis"):
+        load_pretrained(path)
+
+
 def test_a_corrupted_checkpoint_source_is_refused(tmp_path):
     path = tmp_path / "a.pt"
     save_checkpoint(path, VisionTransformer(**SMALL))

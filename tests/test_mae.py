@@ -266,6 +266,12 @@ def test_ratio_zero_masking_and_one_pixel_patches_without_normalisation_are_fine
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match=r"tokens must be a \(B, N, D\) tensor, got a 2-D"):
         random_masking(torch.zeros(3, 4), 0.5)
+    with pytest.raises(TypeError, match=r"tokens must be a \(B, N, D\) tensor, got list"):
+        random_masking([[[0.0]]], 0.5)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got 5"):
+        random_masking(torch.zeros(1, 4, 2), 0.5, generator=5)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got 5"):
+        small_mae()(torch.zeros(1, 1, 16, 16), generator=5)  # the model's entry point too
     with pytest.raises(ValueError, match="hides all 3 tokens"):
         random_masking(torch.zeros(1, 3, 2), 0.9)
     with pytest.raises(ValueError, match=r"mask \(2, 4\)"):

@@ -279,6 +279,10 @@ def test_patch_dropout_is_timms_and_keeps_the_prefix():
     assert layer.eval()(x) is x and layer.train()(x).shape == (2, 9, 8)
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\), got 1.0"):
         patch_dropout(x, 1.0)
+    with pytest.raises(ValueError, match="num_prefix_tokens must be at most 16, got 17"):
+        patch_dropout(x, 0.5, num_prefix_tokens=17)  # no patch left to drop or keep
+    with pytest.raises(ValueError, match=r"x must be tokens \(B, T, D\), got torch.Size"):
+        patch_dropout(x[0], 0.5)
 
 
 def test_patch_dropout_in_the_model_trains_on_fewer_tokens():

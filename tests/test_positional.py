@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from einops import rearrange
@@ -272,8 +273,14 @@ def test_resize_errors():
         resize_pos_embed(torch.randn(1, 50, 8), 14, 16)
     with pytest.raises(ValueError, match=r"expected \(1, 196, D\)"):
         resize_pos_embed(torch.randn(1, 197, 8), 14, 16, num_prefix_tokens=0)
-    with pytest.raises(ValueError, match=r"new_grid must be positive, got \(0, 3\)"):
+    with pytest.raises(ValueError, match=r"old_grid \(14, 14\) and new_grid \(0, 3\)"):
         resize_pos_embed(torch.randn(1, 197, 8), 14, (0, 3))
+    with pytest.raises(ValueError, match=r"positive, got old_grid \(-4, 4\)"):
+        resize_pos_embed(torch.randn(1, 17, 8), (-4, 4), 4)  # not "expected (1, -15, D)"
+    with pytest.raises(TypeError, match="num_prefix_tokens must be an integer, got 1.0"):
+        resize_pos_embed(torch.randn(1, 17, 8), 4, 8, num_prefix_tokens=1.0)
+    # a NumPy integer is an integer: sizes read from an array work as ints do
+    assert resize_pos_embed(torch.randn(1, 17, 8), np.int64(4), (np.int32(2), 8)).shape[1] == 17
 
 
 # --- rotary ---------------------------------------------------------------------------------------

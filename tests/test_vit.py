@@ -269,7 +269,7 @@ def test_dropout_only_in_training():
 
 def test_wrong_image_size_names_both_sizes():
     with pytest.raises(
-        ValueError, match=r"expected image size \(32, 32\), got \(48, 32\).*dynamic"
+        ValueError, match=r"expected image size \(32, 32\), got \(48, 32\).*dynamic_image_size=True"
     ):
         small()(torch.randn(1, 3, 48, 32))
 

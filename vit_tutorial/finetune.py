@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import DataSplits
 from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
-from vit_tutorial.interop import from_timm, from_torchvision
+from vit_tutorial.interop import from_timm, from_torchvision, load_converted
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.patches import pair
 from vit_tutorial.positional import resize_pos_embed
@@ -154,13 +155,23 @@ def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:
         depth = len({key.split(".")[2] for key in weights if key.startswith("decoder.blocks.")})
         decoder = dict(decoder_dim=len(weights["mask_token"][0, 0]), decoder_depth=depth)
         mae = MaskedAutoencoder(config, **decoder, decoder_heads=1)  # heads shape no weight
-        mae.load_state_dict(weights)
-        model = mae.to_vit(config.num_classes)
+        model = _fill(mae, weights, path).to_vit(config.num_classes)
     else:
-        model = VisionTransformer(config)
-        model.load_state_dict(weights)
+        model = _fill(VisionTransformer(config), weights, path)
     extra = state["extra"]
     return model, tuple(extra.get("mean", IMAGENET_MEAN)), tuple(extra.get("std", IMAGENET_STD))
+
+
+def _fill(model: nn.Module, weights: dict, path: Path) -> Any:
+    """``model`` with ``weights``; ValueError naming the keys when they are another model's
+    (an ``AxialViT``'s config has only fields a ``ViTConfig`` has: its weights tell them apart)."""
+    try:
+        return load_converted(model, weights)
+    except ValueError as error:
+        kind = type(model).__name__
+        raise ValueError(
+            f"{path} holds the weights of another model than a {kind}: {error}"
+        ) from None
 
 
 def _check_model(model: object) -> VisionTransformer:

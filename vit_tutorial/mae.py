@@ -83,11 +83,13 @@ def random_masking(
         >>> visible.shape, mask.sum(1).tolist()
         (torch.Size([2, 2, 4]), [6.0, 6.0])
     """
-    if not isinstance(tokens, Tensor) or tokens.dim() != 3:
-        got = f"{type(tokens).__name__} {tokens!r}"
-        if isinstance(tokens, Tensor):
-            got = f"a {tokens.dim()}-D tensor of shape {tuple(tokens.shape)}"
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a (B, N, D) tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 3:
+        got = f"a {tokens.dim()}-D tensor of shape {tuple(tokens.shape)}"
         raise ValueError(f"tokens must be a (B, N, D) tensor, got {got}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     b, n, d = tokens.shape
     keep = num_visible(n, mask_ratio)
     noise = torch.rand(b, n, generator=generator, device=generator and generator.device)

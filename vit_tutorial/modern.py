@@ -103,7 +103,9 @@ def patch_dropout(x: Tensor, rate: float, num_prefix_tokens: int = 0) -> Tensor:
         torch.Size([2, 5, 8])
     """
     check_real("rate", rate, 0.0, 1.0, high_open=True)
-    check_int("num_prefix_tokens", num_prefix_tokens, 0)
+    if not isinstance(x, Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be tokens (B, T, D), got {getattr(x, 'shape', type(x))}")
+    check_int("num_prefix_tokens", num_prefix_tokens, 0, x.shape[1] - 1)  # a patch is left
     prefix, patches = x[:, :num_prefix_tokens], x[:, num_prefix_tokens:]
     B, N = patches.shape[:2]
     keep = max(1, int(N * (1.0 - rate)))

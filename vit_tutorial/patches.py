@@ -13,6 +13,8 @@ size, Gh×Gw patch grid, N = Gh·Gw patches (T = N + 1 with a class token), D mo
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from einops import rearrange
 from torch import Tensor, nn
@@ -31,9 +33,9 @@ def pair(x: IntOrPair | list[int], name: str = "size") -> tuple[int, int]:
         >>> pair(16), pair((12, 8))
         ((16, 16), (12, 8))
     """
-    hw = (x, x) if isinstance(x, int) else x
+    hw = (x, x) if isinstance(x, numbers.Integral) else x  # NumPy's integers too
     if isinstance(hw, (tuple, list)) and len(hw) == 2:
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in hw):
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in hw):
             return (int(hw[0]), int(hw[1]))
     raise TypeError(f"{name} must be an int or an (height, width) pair of ints, got {x!r}")
 
@@ -148,6 +150,9 @@ class _Stem(nn.Module):
     """What both stems share: grid, input checks, token layout. A subclass builds ``self.proj``
     (its last layer) and ``embed``, ``(B, C, H, W) -> (B, D, Gh, Gw)``."""
 
+    #: How the owner lets the stem take other sizes, named in the error (a model without: None).
+    size_option: str | None = None
+
     def __init__(self, image_size, patch_size, in_channels, dim, strict) -> None:
         super().__init__()
         self.grid_size = patch_grid(image_size, patch_size)
@@ -166,10 +171,12 @@ class _Stem(nn.Module):
         H, W = images.shape[-2:]
         if self.strict_image_size and (H, W) != self.image_size:
             raise ValueError(
-                f"expected image size {self.image_size}, got {(H, W)}; resize the images, "
-                f"build the model for image_size={(H, W)}, or let it take any size divisible "
-                f"by the patch size (VisionTransformer: dynamic_image_size=True; a stem: "
-                f"strict_image_size=False)"
+                f"expected image size {self.image_size}, got {(H, W)}; resize the images or "
+                f"build the model for image_size={(H, W)}"
+                + (
+                    f", or pass {self.size_option} (any size the patches tile)"
+                    * bool(self.size_option)
+                )
             )
         if (H, W) != self.image_size:
             self.grid_size_for((H, W))  # non-divisible sizes always raise
@@ -212,6 +219,7 @@ class PatchEmbedding(_Stem):
     ) -> None:
         check_int("in_channels", in_channels), check_int("dim", dim)
         self._build(image_size, patch_size, in_channels, dim, bias, strict_image_size)
+        self.size_option = "strict_image_size=False"
 
     def _build(self, image_size, patch_size, in_channels, dim, bias=True, strict_image_size=True):
         super().__init__(image_size, patch_size, in_channels, dim, strict_image_size)
@@ -251,6 +259,7 @@ class ConvStem(_Stem):
     ) -> None:
         check_int("in_channels", in_channels), check_int("dim", dim)
         self._build(image_size, patch_size, in_channels, dim, strict_image_size)
+        self.size_option = "strict_image_size=False"
 
     def _build(self, image_size, patch_size, in_channels, dim, strict_image_size=True):
         p, pw = pair(patch_size, "patch_size")

@@ -224,13 +224,14 @@ def resize_pos_embed(
         torch.Size([1, 321, 8])
     """
     (gh, gw), new = pair(old_grid, "old_grid"), pair(new_grid, "new_grid")
+    check_int("num_prefix_tokens", num_prefix_tokens, 0)
+    if min(gh, gw, *new) < 1:
+        raise ValueError(f"grids must be positive, got old_grid {(gh, gw)} and new_grid {new}")
     if pos_embed.dim() != 3 or pos_embed.shape[1] != num_prefix_tokens + gh * gw:
         raise ValueError(
             f"pos_embed of shape {tuple(pos_embed.shape)} does not match old_grid {(gh, gw)} with "
             f"{num_prefix_tokens} prefix tokens: expected (1, {num_prefix_tokens + gh * gw}, D)"
         )
-    if min(new) < 1:
-        raise ValueError(f"new_grid must be positive, got {new}")
     if (gh, gw) == new:
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]

@@ -75,6 +75,7 @@ class VisionTransformer(Classifier, nn.Module):
         stem = PatchEmbedding if c.stem == "patch" else ConvStem
         args = c.image_size, c.patch_size, c.in_channels, c.dim
         self.patch_embed = trusted(stem, *args, strict_image_size=not c.dynamic_image_size)
+        self.patch_embed.size_option = "dynamic_image_size=True"
         grid = self.grid_size = self.patch_embed.grid_size
         p = self.num_prefix_tokens = int(c.class_token) + int(c.distilled) + c.reg_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.dim)) if c.class_token else None

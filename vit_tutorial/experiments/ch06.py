@@ -28,14 +28,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import digits_datasets
 from vit_tutorial.engine import FitSettings, TrainResult, fit, predict
 from vit_tutorial.patches import pair
 from vit_tutorial.recipes import RECIPES, train_recipe
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_int, check_seed
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
@@ -88,7 +88,7 @@ def settings(epochs: int) -> FitSettings:
 def train_once(config: dict, seed: int, epochs: int) -> dict:
     """Train the ViT ``config`` describes with ``seed`` for ``epochs``; its test accuracy,
     its count of wrong test images and its training seconds."""
-    split = digits_datasets(seed=check_int("seed", seed, 0), batch_size=BATCH_SIZE)
+    split = digits_datasets(seed=check_seed(seed), batch_size=BATCH_SIZE)
     torch.manual_seed(seed)
     model = VisionTransformer(image_size=8, in_channels=1, num_classes=10, **config)
     history = fit(model, split.train_loader, None, settings(epochs), progress=False)
@@ -102,7 +102,7 @@ def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dic
     """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one row at a time:
     ``id``, ``group``, ``name``, ``change``, ``config``, ``runs`` (:func:`train_once` per seed);
     a configuration in several groups (the base is in all four) is trained once per seed."""
-    seeds, _ = [check_int("seed", seed, 0) for seed in seeds], settings(epochs)  # before training
+    seeds, _ = [check_seed(seed) for seed in seeds], settings(epochs)  # before training
     if unknown := sorted(set(variants) - set(VARIANTS)):
         raise ValueError(f"unknown variants {unknown}; expected ids of VARIANTS: {list(VARIANTS)}")
     done: dict[tuple, dict] = {}
@@ -122,8 +122,13 @@ def position_similarity(table: Tensor, num_prefix_tokens: int = 0) -> Tensor:
     other's, for a position table ``(T, D)`` or ``(1, T, D)`` whose first ``num_prefix_tokens``
     rows (the class token's) are left out, N = T - ``num_prefix_tokens``."""
     start = check_int("num_prefix_tokens", num_prefix_tokens, 0)
-    rows = table.detach().reshape(-1, table.shape[-1])[start:]  # (N, D)
-    unit = F.normalize(rows.double(), dim=-1)  # (N, D)
+    if not isinstance(table, Tensor) or not table.is_floating_point():
+        raise TypeError(f"table must be a floating-point tensor, got {type(table).__name__}")
+    if table.dim() not in (2, 3) or table.dim() == 3 and len(table) != 1:
+        raise ValueError(f"expected one table (T, D) or (1, T, D), got {tuple(table.shape)}")
+    if table.shape[-2] <= start:
+        raise ValueError(f"a table of {table.shape[-2]} rows has none after {start} prefix rows")
+    unit = F.normalize(table.detach()[..., start:, :].reshape(-1, table.shape[-1]).double(), dim=-1)
     return unit @ unit.T  # (N, N)
 
 
@@ -159,27 +164,40 @@ def neighbour_contrast(
 
 def permuted_token_logits(model: VisionTransformer, images: Tensor, order: Tensor) -> Tensor:
     """The logits ``(B, num_classes)`` of ``model`` when the stem's tokens ``(B, N, D)`` are put
-    in ``order`` before the class token and the position are added (d2l's shuffle probe).
+    in ``order`` before the prefix tokens and the positions are added (d2l's shuffle probe).
 
-    ``order`` is ``(N,)`` or ``(B, N)``: token ``n`` of image ``b`` becomes the stem's token
-    ``order[b, n]``. With the identity order these are the model's own logits; a model with
-    mean pooling and no position encoding gives the same logits for every order.
+    ``model`` is a :class:`~vit_tutorial.vit.VisionTransformer` with a position table, RoPE or
+    none (not ``pos_embed='relative'``); ``order`` is an integer tensor ``(N,)`` or ``(B, N)``:
+    token ``n`` of image ``b`` becomes the stem's token ``order[b, n]``. With the identity
+    order these are the model's own logits; a model with mean pooling and no position encoding
+    gives the same logits for every order. The model's own forward runs, with the stem's
+    output permuted, so any image size it takes is taken here.
     """
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            "permuted_token_logits takes a VisionTransformer (a position table, RoPE or none), "
+            f"got {type(model).__name__}"
+        )
     if model.config.pos_embed == "relative":
         raise ValueError("permuted_token_logits needs a position table, not pos_embed='relative'")
-    x = model.patch_embed(images)  # (B, N, D), checks the images
-    index = order.to(x.device).expand(x.shape[0], -1)  # (B, N)
-    if not torch.equal(
-        index.sort(-1).values, torch.arange(x.shape[1], device=x.device).expand_as(index)
-    ):
-        raise ValueError(f"order must be a permutation of the {x.shape[1]} tokens")
-    x = x.gather(1, index[..., None].expand_as(x))  # (B, N, D), permuted
-    tokens = (model.cls_token, model.dist_token)
-    prefix = [t.expand(x.shape[0], -1, -1) for t in tokens if t is not None]
-    x = torch.cat([*prefix, x], dim=1)  # (B, T, D)
-    if model.pos_embed is not None:
-        x = model.pos_embed(x)
-    return model.forward_head(model.norm(model.encoder(model.pos_drop(x))))
+    kind = getattr(order, "dtype", None)
+    if not isinstance(order, Tensor) or kind.is_floating_point or kind in (torch.bool,):
+        raise TypeError(f"order must be an integer tensor, got {kind or type(order).__name__}")
+
+    def permute(module: nn.Module, args: tuple, x: Tensor) -> Tensor:  # (B, N, D), permuted
+        (b, n), shape = x.shape[:2], tuple(order.shape)
+        if len(shape) not in (1, 2) or shape[-1] != n or len(shape) == 2 and shape[0] != b:
+            raise ValueError(f"order must be ({n},) or ({b}, {n}) for these images, got {shape}")
+        index = order.to(x.device).expand(b, -1)  # (B, N)
+        if not torch.equal(index.sort(-1).values, torch.arange(n, device=x.device).expand(b, n)):
+            raise ValueError(f"order must be a permutation of the {n} tokens")
+        return x.gather(1, index[..., None].expand_as(x))
+
+    handle = model.patch_embed.register_forward_hook(permute)
+    try:
+        return model(images)
+    finally:
+        handle.remove()
 
 
 def train_recipe_model(
