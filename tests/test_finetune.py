@@ -129,6 +129,11 @@ def test_unknown_sources_are_value_errors_naming_them(source, message):
         load_pretrained(source, pretrained=False)
 
 
+def test_a_timm_rope_vit_loads_through_the_eva_converter():
+    model, mean, std = load_pretrained("timm:vit_small_patch16_rope_224", pretrained=False)
+    assert model.config.rope == "axial" and model.config.dim == 384 and len(mean) == 3
+
+
 def test_files_that_are_not_vit_checkpoints_are_value_errors_naming_them(tmp_path):
     garbage, plain, linear = tmp_path / "garbage.pt", tmp_path / "plain.pt", tmp_path / "linear.pt"
     garbage.write_bytes(b"not a checkpoint")

@@ -373,10 +373,24 @@ def test_the_converters_read_every_block_not_the_first_alone():
     heads.blocks[1].attn.num_heads, heads.blocks[1].attn.head_dim = 8, 8
     with pytest.raises(ValueError, match=r"timm's blocks \[1\] differ from 0's"):
         from_timm(heads)
-    layers = TorchvisionViT(**SMALL_TV)
-    layers.encoder.layers[1].self_attention.num_heads = 8
-    with pytest.raises(ValueError, match=r"one number of heads; layers \[1\] differ"):
-        from_torchvision(layers)
+    for edit in ("heads", "eps", "relu", "dropout", "attention dropout"):
+        layers = TorchvisionViT(**SMALL_TV)
+        layer = layers.encoder.layers[1]
+        if edit == "heads":
+            layer.self_attention.num_heads = 8
+        elif edit == "eps":
+            layer.ln_1.eps = 1e-5
+        elif edit == "relu":
+            layer.mlp[1] = torch.nn.ReLU()
+        elif edit == "dropout":
+            layer.dropout.p = 0.3
+        else:
+            layer.self_attention.dropout = 0.3
+        with pytest.raises(ValueError, match=r"LayerNorm and layers \[1\] unlike"):
+            from_torchvision(layers)
+    rms = TorchvisionViT(**SMALL_TV, norm_layer=torch.nn.RMSNorm)
+    with pytest.raises(ValueError, match="not RMSNorm and layers"):
+        from_torchvision(rms)
 
 
 def test_the_converters_refuse_another_library_s_model_by_type():

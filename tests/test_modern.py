@@ -175,6 +175,49 @@ def test_xy_grid_order_matters_for_rope():
         from_timm_eva(eva02)
 
 
+@pytest.mark.parametrize(
+    "option, named",
+    [
+        (dict(rope_grid_offset=1.0), "rope_grid_offset"),
+        (dict(rope_shift_coords=1.0), "RoPE coordinate augmentation"),
+        (dict(rope_jitter_coords=1.1), "RoPE coordinate augmentation"),
+        (dict(rope_rescale_coords=1.5), "RoPE coordinate augmentation"),
+        (dict(qkv_fused=False), "qkv_fused=False"),
+    ],
+)
+def test_from_timm_eva_refuses_what_the_package_cannot_reproduce(option, named):
+    """Each moves the logits (the augmentations in training only) and is refused by name."""
+    small = dict(img_size=32, embed_dim=32, depth=1, num_heads=2)
+    eva = timm.create_model("vit_base_patch16_rope_224", pretrained=False, **small, **option)
+    with pytest.raises(ValueError, match=named):
+        from_timm_eva(eva)
+
+
+def test_from_timm_eva_keeps_the_size_option_and_the_device():
+    odd = dict(img_size=32, embed_dim=64, depth=2, num_heads=4, dynamic_img_size=True)
+    theirs = perturb(timm.create_model("vit_base_patch16_rope_224", pretrained=False, **odd))
+    ours = from_timm_eva(theirs)
+    assert ours.config.dynamic_image_size
+    assert_exact(ours, theirs, torch.randn(2, 3, 48, 32))  # another size, as timm takes it
+    with torch.device("meta"):
+        on_meta = timm.create_model("vit_base_patch16_rope_224", pretrained=False, **odd)
+    assert {t.device.type for t in from_timm_eva(on_meta).state_dict().values()} == {"meta"}
+
+
+def test_from_timm_names_norms_and_stems_it_cannot_reproduce():
+    other_eps = TimmViT(**SMALL)
+    other_eps.norm.eps = 1e-5  # the final norm unlike the blocks'
+    with pytest.raises(ValueError, match=r"norms of several eps \[1e-06, 1e-05\]"):
+        from_timm(other_eps)
+    padded = TimmViT(**SMALL)
+    padded.patch_embed.proj.padding = (1, 1)
+    with pytest.raises(ValueError, match="a patch projection other than a stride-P"):
+        from_timm(padded)
+    beit = timm.create_model("beit_base_patch16_224", pretrained=False, depth=1, img_size=32)
+    with pytest.raises(TypeError, match="from_timm takes a timm VisionTransformer, got Beit"):
+        from_timm(beit)
+
+
 def test_intermediates_drop_every_prefix_token_as_timms():
     theirs = perturb(TimmViT(**SMALL, reg_tokens=4, init_values=1e-5))
     ours = from_timm(theirs)

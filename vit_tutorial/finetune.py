@@ -27,7 +27,7 @@ from torch import nn
 from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import DataSplits
 from vit_tutorial.engine import Device, FitSettings, TrainResult, evaluate, fit
-from vit_tutorial.interop import from_timm, from_torchvision, load_converted
+from vit_tutorial.interop import from_timm, from_timm_eva, from_torchvision, load_converted
 from vit_tutorial.mae import MaskedAutoencoder
 from vit_tutorial.patches import pair
 from vit_tutorial.positional import resize_pos_embed
@@ -133,12 +133,13 @@ def _timm_model(name: str, pretrained: bool) -> tuple[VisionTransformer, Any, An
             f"unknown timm model {name!r}; list the ViTs with timm.list_models('vit_*')"
         )
     reference = timm.create_model(name, pretrained=pretrained)
-    if not isinstance(reference, timm.models.vision_transformer.VisionTransformer):
-        raise ValueError(
-            f"timm model {name!r} is a {type(reference).__name__}, not a timm VisionTransformer"
-        )
-    cfg = reference.pretrained_cfg
-    return from_timm(reference), tuple(cfg["mean"]), tuple(cfg["std"])
+    kind = type(reference).__name__  # timm's RoPE ViTs are Eva models
+    if kind != "Eva" and not isinstance(
+        reference, timm.models.vision_transformer.VisionTransformer
+    ):
+        raise ValueError(f"timm model {name!r} is a {kind}, not a timm VisionTransformer or Eva")
+    cfg, convert = reference.pretrained_cfg, from_timm_eva if kind == "Eva" else from_timm
+    return convert(reference), tuple(cfg["mean"]), tuple(cfg["std"])
 
 
 def _checkpoint_model(path: Path) -> tuple[VisionTransformer, Any, Any]:

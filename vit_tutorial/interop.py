@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -19,20 +20,10 @@ from torch import Tensor, nn
 from vit_tutorial.encoder import drop_path_rates
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = [
-    "TORCHVISION_KEYS",
-    "TIMM_KEYS",
-    "EVA_KEYS",
-    "torchvision_state_dict_to_ours",
-    "timm_state_dict_to_ours",
-    "ours_state_dict_to_torchvision",
-    "ours_state_dict_to_timm",
-    "load_converted",
-    "from_torchvision",
-    "from_timm",
-    "from_timm_eva",
-    "max_abs_logit_difference",
-]
+__all__ = ["TORCHVISION_KEYS", "TIMM_KEYS", "EVA_KEYS", "load_converted"]
+__all__ += ["max_abs_logit_difference"]
+__all__ += ["torchvision_state_dict_to_ours", "timm_state_dict_to_ours", "ours_state_dict_to_timm"]
+__all__ += ["ours_state_dict_to_torchvision", "from_torchvision", "from_timm", "from_timm_eva"]
 
 _TV_BLOCK = "encoder.layers.encoder_layer_{i}."
 #: torchvision ``VisionTransformer`` key -> our key.
@@ -92,10 +83,8 @@ def _convert(state_dict: dict, key_map: dict[str, str], source: str, target: str
         else:
             unmatched.append(key)
     if unmatched:
-        raise ValueError(
-            f"{len(unmatched)} {source} keys have no counterpart in {target} "
-            f"(an unsupported variant?): {unmatched}"
-        )
+        where = f"have no counterpart in {target} (an unsupported variant?)"
+        raise ValueError(f"{len(unmatched)} {source} keys {where}: {unmatched}")
     return out
 
 
@@ -133,10 +122,9 @@ def load_converted(
     takes the tensors themselves (:meth:`torch.nn.Module.load_state_dict`; a meta-device model)."""
     ours = model.state_dict()
     missing, unexpected = sorted(set(ours) - set(state_dict)), sorted(set(state_dict) - set(ours))
+    odd = [k for k in ours if k in state_dict and state_dict[k].shape != ours[k].shape]
     shapes = [
-        f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}"
-        for k in ours
-        if k in state_dict and state_dict[k].shape != ours[k].shape
+        f"{k}: got {tuple(state_dict[k].shape)}, expected {tuple(ours[k].shape)}" for k in odd
     ]
     if missing or unexpected or shapes:
         raise ValueError(
@@ -158,8 +146,7 @@ def _mlp_ratio(dim: int, hidden_dim: int) -> float:
 def _expect(model: object, kind: str, attributes: str, reader: str) -> None:
     """``TypeError`` unless ``model`` has the ``attributes`` of the library's ``kind``."""
     if not all(hasattr(model, name) for name in attributes.split()):
-        library = "torchvision" if reader == "from_torchvision" else "timm"
-        raise TypeError(f"{reader} takes a {library} {kind}, got {type(model).__name__}")
+        raise TypeError(f"{reader} takes a {kind}, got {type(model).__name__}")
 
 
 def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
@@ -168,10 +155,10 @@ def _size(hw: tuple[int, int]) -> int | tuple[int, int]:
 
 def _model(fields: dict, state_dict: dict[str, Tensor], source: nn.Module) -> VisionTransformer:
     """Our model of ``fields`` holding copies of ``state_dict`` (the source's device and dtype),
-    in ``source``'s train/eval mode; built on the meta device, so no random initialisation is
-    wasted (its position table is learned or absent: no buffer is left there), but with RoPE,
-    whose fixed frequencies are a buffer the state dict does not hold."""
-    with torch.device("meta" if fields.get("rope", "none") == "none" else "cpu"):
+    in ``source``'s mode; built on the meta device (no initialisation wasted), but with RoPE on
+    the source's: its fixed frequencies are a buffer the state dict does not hold."""
+    where = next((t.device for t in source.parameters()), torch.device("cpu"))
+    with torch.device("meta" if fields.get("rope", "none") == "none" else where):
         model = VisionTransformer(**fields)  # validates the fields once
     load_converted(model, {k: v.detach().clone() for k, v in state_dict.items()}, assign=True)
     return model.train(source.training)
@@ -185,13 +172,20 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
         from torchvision.models import ViT_B_16_Weights, vit_b_16
         ours = from_torchvision(vit_b_16(weights=ViT_B_16_Weights.IMAGENET1K_V1))
     """
-    _expect(model, "VisionTransformer", "conv_proj encoder hidden_dim", "from_torchvision")
+    _expect(model, "torchvision VisionTransformer", "conv_proj encoder", "from_torchvision")
     if not isinstance(model.conv_proj, nn.Conv2d):
         raise ValueError("torchvision's conv_stem_configs stem is not supported, only conv_proj")
-    attn = model.encoder.layers[0].self_attention
-    heads = [b.self_attention.num_heads for b in model.encoder.layers]
-    if odd := [i for i, h in enumerate(heads) if h != attn.num_heads]:
-        raise ValueError(f"vit_tutorial's blocks have one number of heads; layers {odd} differ")
+    layers, ln = model.encoder.layers, model.encoder.ln
+    attn, eps = layers[0].self_attention, getattr(ln, "eps", None)
+    with torch.device("meta"):  # torchvision's block of the options read, to compare each with
+        norm = partial(nn.LayerNorm, eps=eps or 1e-6)
+        options = model.hidden_dim, model.mlp_dim, model.dropout, model.attention_dropout
+        like = type(layers[0])(attn.num_heads, *options, norm)
+    want = (str(like), model.attention_dropout, attn.num_heads)
+    kinds = [(str(b), b.self_attention.dropout, b.self_attention.num_heads) for b in layers]
+    if (odd := [i for i, k in enumerate(kinds) if k != want]) or type(ln) is not nn.LayerNorm:
+        has = f"{type(ln).__name__} and layers {odd} unlike"
+        raise ValueError(f"vit_tutorial has a LayerNorm and the blocks of its options, not {has}")
     fields = dict(
         image_size=model.image_size,
         patch_size=model.patch_size,
@@ -204,7 +198,7 @@ def from_torchvision(model: nn.Module) -> VisionTransformer:
         qkv_bias=attn.in_proj_bias is not None,
         dropout=model.dropout,
         attn_dropout=model.attention_dropout,
-        norm_eps=model.encoder.ln.eps,
+        norm_eps=eps,
     )
     return _model(fields, torchvision_state_dict_to_ours(model.state_dict()), model)
 
@@ -214,22 +208,19 @@ def from_timm(model: nn.Module) -> VisionTransformer:
     ``timm.create_model("vit_base_patch16_224")`` and the other plain ViTs, DeiT's distilled
     models (``distilled=True``) and chapter 11's (DeiT III, registers, QK-norm, RMSNorm, SwiGLU,
     the MAP head: ``deit3_small_patch16_224``, ``vit_small_patch14_reg4_dinov2``, ``test_vit4``,
-    ``vit_base_patch16_siglip_224`` ...), with a head or without (``num_classes=0``). Pooling by
-    the class token, the mean without one, or ``'map'``; exact GELU or SwiGLU with SiLU; every
-    dropout carried over (patch dropout too: in training the same masks under one seed). Any
-    option the package cannot reproduce (another pooling, activation, block, norm or dropout,
-    ``pre_norm``, ``proj_bias=False``, ``dynamic_img_pad`` ..., blocks unlike block 0) raises
-    ``ValueError`` naming it, as do keys/shapes that do not map; another library's model,
-    ``TypeError``."""
+    ``vit_base_patch16_siglip_224`` ...), with a head or without (``num_classes=0``); every
+    dropout carried over (in training, timm's masks under one seed). Any option the package
+    cannot reproduce (another pooling, activation, block, norm or dropout, ``pre_norm``,
+    ``dynamic_img_pad`` ..., blocks unlike block 0), or keys/shapes that do not map, raise
+    ``ValueError`` naming it; another library's model, ``TypeError``."""
     if type(model).__name__ == "Eva":
         raise ValueError("an Eva model (timm/models/eva.py): load it with from_timm_eva")
-    _expect(model, "VisionTransformer", "blocks patch_embed global_pool", "from_timm")
-    pooling = (model.global_pool, model.has_class_token)
-    pool = {("token", True): "cls", ("avg", False): "mean", ("map", False): "map"}.get(pooling)
-    if pool is None:
-        raise ValueError(
-            f"unsupported timm pooling global_pool={pooling[0]!r} with class_token={pooling[1]}"
-        )
+    _expect(model, "timm VisionTransformer", "blocks global_pool has_class_token", "from_timm")
+    pooling = f"global_pool={model.global_pool!r} with class_token={model.has_class_token}"
+    pools = {"'token' with class_token=True": "cls", "'avg' with class_token=False": "mean"}
+    pools["'map' with class_token=False"] = "map"
+    if (pool := pools.get(pooling.split("=", 1)[1])) is None:
+        raise ValueError(f"unsupported timm pooling {pooling}")
     fields = _timm_common(model)
     norms = tuple(not isinstance(getattr(model, n), nn.Identity) for n in ("norm", "fc_norm"))
     if norms != ((False, True) if pool == "mean" else (True, False)):  # timm's final_norm, fc_norm
@@ -255,10 +246,11 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
     ``vit_base_patch16_rope_mixed_224`` (mixed), class-token pooling, no position table. Other
     Eva models (EVA-02's SwiGLU and its separate q, k, v biases, its positions rescaled to a
     reference grid, ``ref_feat_shape``; 'ij' grid order ...) raise ``ValueError``."""
-    _expect(model, "Eva", "blocks patch_embed rope", "from_timm_eva")
+    _expect(model, "timm Eva", "blocks patch_embed rope", "from_timm_eva")
     rope_type = type(model.rope).__name__
     kinds = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed"}
     block, rope = model.blocks[0], model.rope
+    indexing = getattr(rope, "grid_indexing", "xy")
     checks = {  # what Heo et al.'s models have, and the package's RoPE computes
         f"rope {rope_type}": rope_type in kinds,
         f"attention {type(block.attn).__name__}": type(block.attn).__name__ == "AttentionRope",
@@ -266,12 +258,15 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
         f"global_pool={model.global_pool!r}": model.global_pool == "token",
         "no class token": model.cls_token is not None,
         "positions in pixels": getattr(rope, "in_pixels", False) is False,
-        f"grid_indexing={getattr(rope, 'grid_indexing', None)!r} (not 'xy')": getattr(
-            rope, "grid_indexing", "xy"
-        )
-        == "xy",
+        f"grid_indexing={indexing!r} (not 'xy')": indexing == "xy",
         "positions rescaled to ref_feat_shape": getattr(rope, "ref_feat_shape", None) is None,
         "rotate_half": getattr(block.attn, "rotate_half", False) is False,
+        "qkv_fused=False": getattr(block.attn, "qkv", None) is not None,
+        "rope_grid_offset": getattr(rope, "grid_offset", 0.0) == 0.0,
+        "linear_bands": not getattr(rope, "linear_bands", False),
+        "RoPE coordinate augmentation (rope_shift/jitter/rescale_coords)": not any(
+            getattr(rope, f"{kind}_coords", None) for kind in ("shift", "jitter", "rescale")
+        ),
     }
     if failed := [name for name, ok in checks.items() if not ok]:
         raise ValueError(
@@ -283,6 +278,7 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
     if kinds[rope_type] == "axial" and temperature != 100.0:
         raise ValueError(f"axial RoPE at temperature 100 only, got {temperature}")
     fields.update(pool="cls", pos_embed="none", rope=kinds[rope_type])
+    fields.update(dynamic_image_size=bool(getattr(model, "dynamic_img_size", False)))
     fields.update(init_values=_init_values(getattr(block, "gamma_1", None)))
     state_dict = dict(model.state_dict())
     if kinds[rope_type] == "mixed":  # (2, depth, h, d/2) -> one (2, h, d/2) per block
@@ -295,8 +291,8 @@ def from_timm_eva(model: nn.Module) -> VisionTransformer:
 def _init_values(gamma: Tensor | None) -> float | None:
     """LayerScale's ``init_values`` for the config: ``gamma``'s value while it is constant (a
     fresh model), else 1e-5 (DINOv2's); the loaded ``gamma`` replaces it either way."""
-    if gamma is None:
-        return None
+    if gamma is None or gamma.is_meta:  # on the meta device: no value to read
+        return None if gamma is None else 1e-5
     first = gamma.detach().flatten()[0]
     constant = bool((gamma == first).all()) and first > 0
     return float(f"{first.item():.6g}") if constant else 1e-5  # float32 1e-5 -> 1e-5
@@ -308,10 +304,12 @@ def _timm_common(model: nn.Module) -> dict:
     kinds = (type(block).__name__, type(getattr(block, "attn", None)).__name__)
     if kinds[0] not in ("Block", "EvaBlock") or kinds[1] not in ("Attention", "AttentionRope"):
         raise ValueError(f"vit_tutorial has timm's Block with Attention, not {', '.join(kinds)}")
-    alike = [str(_block_kind(b)) != str(_block_kind(block)) for b in model.blocks]
-    if any(alike):  # a block changed by hand: the config has one of each
-        odd = [i for i, differs in enumerate(alike) if differs]
+    if odd := [i for i, b in enumerate(model.blocks) if _block_kind(b) != _block_kind(block)]:
         raise ValueError(f"vit_tutorial's blocks are alike; timm's blocks {odd} differ from 0's")
+    proj, eps = model.patch_embed.proj, block.norm1.eps
+    norms = model.norm, getattr(model, "fc_norm", None), block.norm2, block.attn.q_norm
+    epsilons = {getattr(n, "eps", eps) for n in (*norms, block.attn.k_norm)}
+    conv = (proj.stride, proj.padding, proj.dilation, proj.groups)
     checks = {  # what the package's block and stem compute; each other option is refused
         "pre_norm=True": isinstance(getattr(model, "norm_pre", None), identity),
         "an embed_norm_layer": isinstance(getattr(model.patch_embed, "norm", None), identity),
@@ -321,11 +319,13 @@ def _timm_common(model: nn.Module) -> dict:
         "scale_mlp_norm=True": isinstance(getattr(block.mlp, "norm", None), identity),
         f"norm_layer={type(block.norm1).__name__}": type(block.norm1).__name__
         in ("LayerNorm", "RmsNorm", "RMSNorm"),
+        f"norms of several eps {sorted(epsilons)}": epsilons == {eps},
+        "a patch projection other than a stride-P P×P convolution": conv
+        == (proj.kernel_size, (0, 0), (1, 1), 1),
     }
     if failed := [name for name, ok in checks.items() if not ok]:
         raise ValueError(f"vit_tutorial cannot reproduce a timm model with {', '.join(failed)}")
-    mlp = type(block.mlp).__name__
-    act = block.mlp.act
+    mlp, act = type(block.mlp).__name__, block.mlp.act
     if mlp == "Mlp" and not (isinstance(act, nn.GELU) and act.approximate == "none"):
         raise ValueError(f"only the exact GELU is supported, the timm model uses {act}")
     if mlp not in ("Mlp", "SwiGLU") or (mlp == "SwiGLU" and not isinstance(act, nn.SiLU)):
@@ -335,7 +335,7 @@ def _timm_common(model: nn.Module) -> dict:
     return dict(
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
-        in_channels=model.patch_embed.proj.in_channels,
+        in_channels=proj.in_channels,
         num_classes=model.num_classes,
         dim=model.embed_dim,
         depth=len(model.blocks),
@@ -354,15 +354,15 @@ def _timm_common(model: nn.Module) -> dict:
 def _block_kind(block: nn.Module) -> tuple:
     """What a config says of a timm block: its parts' kinds, heads, activation, norm epsilon."""
     attn, mlp = block.attn, block.mlp
-    parts = (block, attn, mlp, block.norm1, block.norm2, attn.q_norm, getattr(mlp, "act", None))
-    return (*map(type, parts), attn.num_heads, str(mlp.act), block.norm1.eps, block.norm2.eps)
+    parts = (block, attn, mlp, getattr(mlp, "act", None))
+    norms = (block.norm1, block.norm2, attn.q_norm, attn.k_norm)  # a repr names the eps
+    return (*map(type, parts), attn.num_heads, str(mlp.act), *map(str, norms))
 
 
 def _dropout_rates(model: nn.Module) -> dict[str, float]:
-    """``dropout``, ``attn_dropout`` and ``drop_path`` of a timm model, after checking every
-    dropout in it against the package's: one rate for the position embedding, the projections
-    and the MLP, one on the attention weights, drop path rising linearly over the blocks (as
-    :func:`~vit_tutorial.encoder.drop_path_rates`), none before the head or in the MAP head."""
+    """``dropout``, ``attn_dropout``, ``drop_path`` of a timm model, every dropout in it checked
+    against the package's: one rate for the position embedding, projections and MLP, one on the
+    attention weights, drop path rising linearly, none before the head or in the MAP head."""
     last = model.blocks[-1]
     rates = dict(dropout=last.attn.proj_drop.p, attn_dropout=last.attn.attn_drop.p)
     rates["drop_path"] = float(f"{getattr(last.drop_path1, 'drop_prob', 0.0):.6g}")
@@ -376,11 +376,8 @@ def _dropout_rates(model: nn.Module) -> dict[str, float]:
         none = name.startswith(("head_drop", "attn_pool"))
         kind = "attn_dropout" if name.endswith("attn_drop") else "dropout"
         want[name] = 0.0 if none else rates[kind]
-    if wrong := [
-        f"{n} {p:g} (not {want[n]:g})"
-        for n, p in found.items()
-        if not math.isclose(p, want[n], rel_tol=1e-6, abs_tol=1e-9)
-    ]:
+    close = {n: math.isclose(p, want[n], rel_tol=1e-6, abs_tol=1e-9) for n, p in found.items()}
+    if wrong := [f"{n} {p:g} (not {want[n]:g})" for n, p in found.items() if not close[n]]:
         raise ValueError(
             "vit_tutorial has one dropout rate for the position embedding and the blocks, none "
             f"before the head, and drop path rising linearly; the timm model has {wrong}"
