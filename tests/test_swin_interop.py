@@ -348,3 +348,27 @@ def test_unmatched_keys_are_all_listed():
         swin_state_dict_from(state, model, "timm")
     with pytest.raises(ValueError, match="library must be 'timm' or 'torchvision'"):
         swin_state_dict_from(state, model, "keras")
+
+
+def test_a_headless_timm_swin_gives_the_same_features():
+    """num_classes=0 (timm's head an nn.Identity): the pooled features, as our headless Swin."""
+    kwargs = dict(img_size=56, depths=(1, 1), num_heads=(1, 2), embed_dim=16, num_classes=0)
+    ref = timm_swin(**kwargs)
+    ours = swin_from_timm(ref)
+    assert ours.config.num_classes == 0
+    images = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        assert ref(images).shape == (2, 32)
+    assert max_abs_logit_difference(ours, ref, images) <= 1e-4
+
+
+def test_an_mlp_activation_other_than_the_exact_gelu_is_refused_in_any_block():
+    kwargs = dict(img_size=56, depths=(1, 2), num_heads=(1, 2), embed_dim=16, num_classes=3)
+    timm_model = timm_swin(**kwargs)
+    timm_model.layers[1].blocks[1].mlp.act = torch.nn.GELU(approximate="tanh")
+    with pytest.raises(ValueError, match="exact GELU; the timm one .*tanh"):
+        swin_from_timm(timm_model)
+    tv_model = tv_swin()
+    tv_model.features[3][1].mlp[1] = torch.nn.ReLU()
+    with pytest.raises(ValueError, match="exact GELU; the torchvision one .*ReLU"):
+        swin_from_torchvision(tv_model, 32)

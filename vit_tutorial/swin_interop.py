@@ -160,7 +160,8 @@ def _check_kind(model: object, name: str, attributes: tuple[str, ...]) -> None:
 
 
 def _check_blocks(model: nn.Module, library: str) -> None:
-    """Refuse dropout and LayerNorms of unequal epsilons in every layer, not the first block's."""
+    """Refuse dropout, LayerNorms of unequal epsilons and an MLP activation other than the exact
+    GELU in every layer, not the first block's."""
     rates = {}
     for name, m in model.named_modules():
         for attr in ("p",) if isinstance(m, nn.Dropout) else ("attention_dropout", "dropout"):
@@ -173,6 +174,11 @@ def _check_blocks(model: nn.Module, library: str) -> None:
         )
     if len(eps := {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}) > 1:
         raise ValueError(f"the {library} model's LayerNorms differ in eps {sorted(eps)}")
+    mlps = [m for name, m in model.named_modules() if name.endswith("mlp")]
+    leaves = {m for mlp in mlps for m in mlp.modules() if not list(m.children())}
+    acts = {str(m) for m in leaves if not isinstance(m, (nn.Linear, nn.Dropout, nn.Identity))}
+    if acts != {"GELU(approximate='none')"}:
+        raise ValueError(f"vit_tutorial's Swin MLP has the exact GELU; the {library} one {acts}")
 
 
 def swin_from_timm(model: nn.Module) -> SwinTransformer:
@@ -184,7 +190,8 @@ def swin_from_timm(model: nn.Module) -> SwinTransformer:
         ours = swin_from_timm(timm.create_model("swin_tiny_patch4_window7_224", pretrained=True))
     """
     _check_kind(model, "timm", ("layers", "patch_embed", "global_pool", "head"))
-    if model.global_pool != "avg" or not isinstance(model.head.fc, nn.Linear):
+    fc = model.head.fc  # nn.Identity with num_classes=0: no head, as ours
+    if model.global_pool != "avg" or not isinstance(fc, (nn.Linear, nn.Identity)):
         raise ValueError(
             f"only average pooling and a linear head are supported, got "
             f"global_pool={model.global_pool!r} and head {model.head.fc}"
@@ -199,7 +206,7 @@ def swin_from_timm(model: nn.Module) -> SwinTransformer:
         image_size=_size(model.patch_embed.img_size),
         patch_size=_size(model.patch_embed.patch_size),
         in_channels=model.patch_embed.proj.in_channels,
-        num_classes=model.head.fc.out_features,
+        num_classes=getattr(fc, "out_features", 0),
         dim=model.patch_embed.proj.out_channels,
         depths=tuple(len(stage.blocks) for stage in model.layers),
         num_heads=tuple(stage.blocks[0].attn.num_heads for stage in model.layers),
