@@ -1341,7 +1341,7 @@ MISTAKES = [  # (checker, wrong answer, phrase the message must contain)
     ("check_layer_scale_parameters", lambda dim, depth: 2 * dim, "that is one block's two"),
     ("check_layer_scale_parameters", lambda dim, depth: 2 * dim**2 * depth, "diag(λ)"),
     ("check_layer_scale_parameters", lambda dim, depth: 3 * dim * depth, "expected 384, got 576"),
-    ("check_layer_scale_parameters", lambda dim, depth: 2.0 * dim * depth, "return an int"),
+    ("check_layer_scale_parameters", lambda dim, depth: 2 * dim * depth + 0.5, "return an int"),
     (
         "check_map_head_shapes",
         map_shapes_with(queries=lambda B, T, D, h, d: (B, h, T, d)),
@@ -1555,11 +1555,28 @@ def test_count_checkers_take_numpy_and_torch_whole_numbers(kind, capsys):
         exercises.check_layer_scale_parameters(lambda dim, depth: kind(dim * depth))
 
 
+def test_a_count_written_as_a_whole_float_is_a_count(capsys):
+    exercises.check_layer_scale_parameters(lambda dim, depth: torch.tensor(2.0 * dim * depth))
+    exercises.check_layer_scale_parameters(lambda dim, depth: 2.0 * dim * depth)
+    assert capsys.readouterr().out.count("Correct!") == 2
+
+
+def test_the_formula_checkers_explain_an_answer_that_is_no_number():
+    with pytest.raises(
+        AssertionError, match=wrapped("dim=64, depth=3: return the parameters, got NoneType")
+    ):
+        exercises.check_param_count(lambda config: None)
+    with pytest.raises(AssertionError, match=wrapped("return a number, got str")):
+        exercises.check_lr_schedule(lambda step, lr, warmup, total: "0.1")
+    with pytest.raises(AssertionError, match=wrapped("fn crashed on dim=64, depth=3: ZeroDiv")):
+        exercises.check_param_count(lambda config: 1 / 0)
+
+
 def test_count_checkers_reject_what_is_not_a_whole_number():
     with pytest.raises(AssertionError, match=wrapped("return a number, got NoneType")):
         exercises.check_axial_scores(lambda gh, gw: None)
     with pytest.raises(AssertionError, match=wrapped("return an int, got float")):
-        exercises.check_layer_scale_parameters(lambda dim, depth: torch.tensor(2.0 * dim * depth))
+        exercises.check_layer_scale_parameters(lambda dim, depth: 2.0 * dim * depth + 0.5)
     with pytest.raises(AssertionError, match=wrapped("return an int, got bool")):
         exercises.check_layer_scale_parameters(lambda dim, depth: np.bool_(True))
 

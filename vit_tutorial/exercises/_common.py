@@ -273,6 +273,14 @@ def as_number(value: Any) -> int | float | None:
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
+def expect_number(value: Any, what: str, name: str = "a number") -> int | float:
+    """``value`` as a number (:func:`as_number`), or an AssertionError naming ``what`` and
+    what ``value`` is instead."""
+    if (number := as_number(value)) is None:
+        raise AssertionError(f"{what}: return {name}, got {kind_of(value)}")
+    return number
+
+
 def kind_of(value: Any) -> str:
     """What ``value`` is, for a message that rejects it: its type, and its shape if it has one.
 

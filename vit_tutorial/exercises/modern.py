@@ -67,8 +67,8 @@ def _grade(
     they differ in shape or number, with the explanation of the first of ``slips`` that ``got``
     is, or ``otherwise``. ``want`` is a tensor, an int or a shape (a tuple)."""
     kind = next(k for k in _KINDS if isinstance(want, k))
-    if kind is numbers.Integral and isinstance(as_number(got), int):
-        got = as_number(got)  # a NumPy int, a 0-d tensor of one: a count
+    if kind is numbers.Integral and (n := as_number(got)) is not None and float(n).is_integer():
+        got = int(n)  # a NumPy int, a 0-d tensor of one, 384.0: a count
     if not isinstance(got, kind) or isinstance(got, bool):
         raise AssertionError(f"{what}: return {_KINDS[kind]}, got {kind_of(got)}")
     if _same(got, want):

@@ -18,6 +18,7 @@ from vit_tutorial.exercises._common import (
     checker,
     close,
     diagnose,
+    expect_number,
     grade_prediction,
     passed,
     scalar_loss,
@@ -25,12 +26,8 @@ from vit_tutorial.exercises._common import (
 from vit_tutorial.notebook import repository_file
 from vit_tutorial.vit import VisionTransformer
 
-__all__ = [
-    "check_param_groups",
-    "check_lr_schedule",
-    "check_smoothed_cross_entropy",
-    "check_no_position_prediction",
-]
+__all__ = ["check_param_groups", "check_lr_schedule", "check_smoothed_cross_entropy"]
+__all__ += ["check_no_position_prediction"]
 
 
 def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -66,7 +63,7 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
             optimizer.step()
             scheduler.step()
             where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={S}"
-            got = call_safely(fn, (t, lr, w, S), where)
+            got = expect_number(call_safely(fn, (t, lr, w, S), where), where)
             if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
                 continue
             where += f": got {got:.6g}, want {want:.6g}"

@@ -10,7 +10,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    expect_number,
+    grade_prediction,
+    passed,
+)
 from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, vit_flops
 
 __all__ = ["check_param_count", "check_predict", "check_pooling", "check_patch_flops_prediction"]
@@ -28,9 +35,8 @@ def _mistakes(c: ViTConfig) -> dict[int, str]:
     them cannot tell which part is missing: the explanation then lists every candidate.
     """
     found: dict[int, list[str]] = {}
-    for delta, what in _slips(c):
-        if delta != 0:
-            found.setdefault(delta, []).append(what)
+    for delta, what in filter(lambda slip: slip[0] != 0, _slips(c)):
+        found.setdefault(delta, []).append(what)
     return {delta: "; or ".join(whats) for delta, whats in found.items()}
 
 
@@ -118,9 +124,8 @@ def _explain(fn: Callable[[ViTConfig], int], cases: list[ViTConfig], failing: Vi
 def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
     """Grade a learner's ``fn(config) -> int``, the number of parameters of a ViT by formula.
 
-    The configs have a class token (``pool='cls'``), learned position embeddings, a patch
-    stem, ``qkv_bias=True`` and square images; the answer is compared with the count of
-    :class:`~vit_tutorial.vit.VisionTransformer` (built on the meta device).
+    The configs have a class token, learned positions, a patch stem, ``qkv_bias=True`` and
+    square images; the answer is compared with :class:`~vit_tutorial.vit.VisionTransformer`'s.
 
     Raises:
         AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
@@ -136,10 +141,9 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
         ViTConfig(patch_size=32),  # ViT-B/32
         ViTConfig(dim=1024, depth=24, num_heads=16),  # ViT-L/16
     ]
-    counts = []
     for c in cases:
-        want, got = _count(c), fn(c)
-        counts.append(want)
+        what = f"dim={c.dim}, depth={c.depth}"
+        want, got = _count(c), expect_number(call_safely(fn, (c,), what), what, "the parameters")
         if got == want:
             continue
         where = (
@@ -150,11 +154,8 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
         raise AssertionError(
             f"for {where} you get {got:,}, the model has {want:,} ({got - want:+,}): {explanation}"
         )
-    passed(
-        "check_param_count",
-        f"exact on {len(cases)} configs, from {min(counts) / 1e6:.1f}M "
-        f"to {max(counts) / 1e6:.1f}M parameters.",
-    )
+    sizes = f"from {min(map(_count, cases)) / 1e6:.1f}M to {max(map(_count, cases)) / 1e6:.1f}M"
+    passed("check_param_count", f"exact on {len(cases)} configs, {sizes} parameters.")
 
 
 def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor, Tensor]:
