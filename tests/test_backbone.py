@@ -4,6 +4,7 @@ For the same weights (loaded through the package's interop), every intermediate 
 ``forward_intermediates`` equals timm's to 1e-5 of the reference's largest magnitude.
 """
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -170,6 +171,12 @@ def test_bad_arguments_are_refused():
         ours.forward_intermediates(images, indices=[0, "1"])
     with pytest.raises(ValueError, match="empty"):
         ours.forward_intermediates(images, indices=[])
+    # NumPy integers are indices, as ints are
+    assert take_indices(4, np.int64(2)) == ([2, 3], 3)
+    assert take_indices(4, [np.int64(0), np.int32(-1)]) == ([0, 3], 3)
+    assert (
+        len(ours.forward_intermediates(images, indices=np.int64(1), intermediates_only=True)) == 1
+    )
     with pytest.raises(ValueError, match="num_classes must be at least 0"):
         ours.reset_classifier(-1)
 

@@ -233,3 +233,14 @@ def test_a_field_added_since_the_checkpoint_counts_at_its_default(tmp_path):
     load_checkpoint(path, tiny_vit())  # the defaults: no registers, no QK-norm
     with pytest.raises(ValueError, match=r"qk_norm: checkpoint False vs model True"):
         load_checkpoint(path, tiny_vit(qk_norm=True))
+
+
+def test_a_model_built_from_numpy_sizes_saves_a_checkpoint_that_loads(tmp_path):
+    """NumPy numbers are sizes; the checkpoint stores them as Python numbers."""
+    from vit_tutorial.finetune import load_pretrained
+
+    numpy_sizes = dict(image_size=np.int64(4), dim=np.int64(16), mlp_ratio=np.float32(2.0))
+    save_checkpoint(tmp_path / "c.pt", tiny_vit(**numpy_sizes))
+    state = load_checkpoint(tmp_path / "c.pt", tiny_vit())
+    assert type(state["config"]["dim"]) is int and type(state["config"]["mlp_ratio"]) is float
+    assert load_pretrained(tmp_path / "c.pt")[0].config.dim == 16

@@ -41,8 +41,10 @@ MAX_MODULE_LINES = 400
 #: Issue 36 checks values where they enter rather than letting torch or einops fail later:
 #: ``from_timm`` reads every block and every dropout and names each option it cannot
 #: reproduce, the Swin converters read every stage, devices the machine lacks and seeds out of
-#: range are refused, ``python -m vit_tutorial`` runs the commands: 199 lines, 7,031 in all.
-MAX_CORE_LINES = 7035
+#: range are refused, ``python -m vit_tutorial`` runs the commands, and an outside adversarial
+#: pass's findings (Eva's RoPE options, torchvision's blocks read one by one, NumPy sizes in
+#: checkpoints, the layers' own arguments): 223 lines, 7,055 in all.
+MAX_CORE_LINES = 7060
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings
 #: (``figures_modern.py``, chapter 11's map, is a drawing too: the second module of drawings
 #: now that ``figures.py`` is near MAX_MODULE_LINES).

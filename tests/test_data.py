@@ -233,10 +233,10 @@ def test_image_folder_errors(tmp_path):
             image_folder_datasets(folder, val_fraction=fraction, **options)
     with pytest.raises(ValueError, match="val_fraction=0.01 of 18 images holds out 0"):
         image_folder_datasets(folder, val_fraction=0.01, **options)
-    with pytest.raises(
-        ValueError, match=r"mean and std need 3 values \(R, G, B\), got mean=\(0.5,\)"
-    ):
+    with pytest.raises(ValueError, match=r"mean and std need 3 values \(R, G, B\), std > 0"):
         image_folder_datasets(folder, image_size=8, mean=(0.5,), std=(0.5,))
+    with pytest.raises(ValueError, match=r"std > 0, got .*std=\(0.0, 0.5, 0.5\)"):
+        image_folder_datasets(folder, image_size=8, mean=MEAN, std=(0.0, 0.5, 0.5))
     with pytest.raises(TypeError, match="image_size must be an integer, got '8'"):
         image_folder_datasets(folder, image_size="8", mean=MEAN, std=STD)
 

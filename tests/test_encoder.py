@@ -16,6 +16,7 @@ from vit_tutorial.encoder import (
     Encoder,
     EncoderBlock,
     PostNormBlock,
+    SwiGLU,
     drop_path,
 )
 from vit_tutorial.exercises import check_block_forward, check_drop_path, check_layer_norm
@@ -467,3 +468,11 @@ def test_drop_path_names_the_probability_it_was_given(p):
         drop_path(torch.ones(2, 3), p, training=True)
     with pytest.raises(ValueError, match=rf"in \[0, 1\), got {p}"):
         DropPath(p)
+
+
+def test_the_feed_forward_layers_and_drop_path_refuse_bad_arguments_by_name():
+    for layer in (MLP, SwiGLU):
+        with pytest.raises(TypeError, match="dropout must be a real number, got 'a'"):
+            layer(8, 16, dropout="a")
+    with pytest.raises(TypeError, match="training must be True or False, got 'yes'"):
+        drop_path(torch.ones(2, 3), 0.5, training="yes")

@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import vit_tutorial.engine as engine
+import vit_tutorial.losses as losses
 from vit_tutorial.checkpoint import read_checkpoint
 from vit_tutorial.data import make_loader
 from vit_tutorial.engine import (
@@ -792,3 +793,16 @@ def test_axial_vit_rule_is_the_vits_its_position_table_exempt():
     expected = {n for n, p in model.named_parameters() if p.ndim < 2 or n.startswith("pos_embed.")}
     assert _undecayed(model, param_groups(model, 0.05)) == expected
     assert any(n.startswith("pos_embed.") for n in expected)
+
+
+def test_the_loss_and_the_optimiser_pieces_refuse_bad_numbers():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\], got 1.5"):
+        losses.cross_entropy(torch.randn(2, 3), torch.tensor([0, 1]), label_smoothing=1.5)
+    with pytest.raises(TypeError, match="warmup_steps must be an integer, got 2.0"):
+        warmup_cosine(optimizer, 2.0, 10)
+    with pytest.raises(ValueError, match="weight_decay must be in"):
+        param_groups(nn.Linear(2, 2), -1.0)
+    for device, message in [("hpu", "is not on this machine"), ("meta", "holds no data")]:
+        with pytest.raises(ValueError, match=message):
+            resolve_device(device)

@@ -192,9 +192,18 @@ def test_ch06_probes_refuse_what_they_cannot_read():
         (torch.arange(16).expand(2, -1), ValueError, r"got \(2, 16\)"),
         (torch.arange(16.0), TypeError, "order must be an integer tensor, got torch.float32"),
         (list(range(16)), TypeError, "order must be an integer tensor, got list"),
+        (torch.arange(16) * 1j, TypeError, "order must be an integer tensor, got torch.complex"),
     ]:
         with pytest.raises(error, match=named):
             ch06.permuted_token_logits(model, images, order)
+    small = torch.arange(16, dtype=torch.uint8).flip(0)  # an integer order of any width
+    assert torch.equal(
+        ch06.permuted_token_logits(model.eval(), images, small),
+        ch06.permuted_token_logits(model, images, small.long()),
+    )
+    for variants, seeds in [("pos-none", [0]), (["pos-none"], 0)]:
+        with pytest.raises(TypeError, match="variants and seeds must be lists"):
+            next(ch06.ablation(variants, seeds, 1))
     swin = SwinTransformer(SWIN_PRESETS["swin_fashion"])
     with pytest.raises(TypeError, match="takes a VisionTransformer .*got SwinTransformer"):
         ch06.permuted_token_logits(swin, torch.randn(1, 1, 28, 28), torch.arange(49))

@@ -329,3 +329,11 @@ def test_pretraining_through_fit_is_bit_identical_to_the_loop_it_replaced():
     fit(new, loader, None, settings, loss=mae_loss, device="cpu", progress=False)
     for (name, a), b in zip(old.state_dict().items(), new.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_masking_arithmetic_refuses_what_is_not_a_count():
+    for patches, error in [(16.0, TypeError), (True, TypeError), (-16, ValueError)]:
+        with pytest.raises(error, match="num_patches must be"):
+            num_visible(patches, 0.5)
+    with pytest.raises(ValueError, match="eps must be positive, got -1.0"):
+        normalized_patches(torch.randn(1, 1, 4, 4), 2, eps=-1.0)  # else NaNs

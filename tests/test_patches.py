@@ -329,3 +329,10 @@ def test_float64_images_are_cast_to_the_weights_dtype():
     out = embed(x.double())
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, embed(x))
+
+
+def test_stem_flags_are_booleans():
+    with pytest.raises(TypeError, match="bias must be True or False, got 'no'"):
+        PatchEmbedding(8, 4, bias="no")
+    with pytest.raises(TypeError, match="strict_image_size must be True or False, got 0"):
+        PatchEmbedding(8, 4, strict_image_size=0)

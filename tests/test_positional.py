@@ -17,6 +17,7 @@ from vit_tutorial.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
     RotaryEmbedding2D,
+    SinusoidalEmbedding2D,
     resize_pos_embed,
     sinusoidal_1d,
     sinusoidal_2d,
@@ -634,3 +635,22 @@ def test_sinusoidal_tables_refuse_a_non_positive_temperature(temperature):
         sinusoidal_1d(4, 8, temperature)
     with pytest.raises(ValueError, match=f"temperature must be positive, got {temperature}"):
         sinusoidal_2d(4, 8, temperature)
+
+
+@pytest.mark.parametrize(
+    "build, error, named",
+    [
+        (
+            lambda: LearnedPositionalEmbedding(16.0, 8),
+            TypeError,
+            "num_positions must be an integer",
+        ),
+        (lambda: LearnedPositionalEmbedding(-1, 8), ValueError, "num_positions must be at least 1"),
+        (lambda: LearnedPositionalEmbedding(10, 8, grid_size=4), ValueError, "must be 16 .*got 10"),
+        (lambda: LearnedPositionalEmbedding(17, 8, 4, -2), ValueError, "num_prefix_tokens must be"),
+        (lambda: SinusoidalEmbedding2D(4, 8, -1), ValueError, "num_prefix_tokens must be at least"),
+    ],
+)
+def test_position_layers_refuse_bad_sizes_by_name(build, error, named):
+    with pytest.raises(error, match=named):
+        build()

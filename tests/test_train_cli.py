@@ -118,7 +118,7 @@ def test_options_of_the_other_subcommand_are_unrecognized(argv, unrecognized, ca
     assert line == f"python -m vit_tutorial.cli: error: unrecognized arguments: {unrecognized}"
 
 
-ABSENT = ["xla", "cuda:9"] + ["cuda"] * (not torch.cuda.is_available())
+ABSENT = ["xla", "hpu", "cuda:9"] + ["cuda"] * (not torch.cuda.is_available())
 ABSENT += ["mps"] * (not torch.backends.mps.is_available())
 
 

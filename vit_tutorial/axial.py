@@ -207,7 +207,9 @@ class AxialViT(Classifier, nn.Module):
         self.patch_embed = trusted(PatchEmbedding, c.image_size, c.patch_size, c.in_channels, c.dim)
         self.grid_size = self.patch_embed.grid_size
         if c.pos_embed == "learned":
-            self.pos_embed = LearnedPositionalEmbedding(self.patch_embed.num_patches, c.dim)
+            self.pos_embed = trusted(
+                LearnedPositionalEmbedding, self.patch_embed.num_patches, c.dim
+            )
         else:
             self.pos_embed = trusted(SinusoidalEmbedding2D, self.grid_size, c.dim, 0)
         self.pos_drop = nn.Dropout(c.dropout)

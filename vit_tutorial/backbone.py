@@ -20,6 +20,7 @@ B batch, Gh×Gw a grid, N = Gh·Gw its tokens, C width.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
@@ -42,26 +43,27 @@ def take_indices(num_layers: int, indices: Indices) -> tuple[list[int], int]:
     """
     if indices is None:
         indices = num_layers
-    if isinstance(indices, bool) or not isinstance(indices, (int, Sequence)):
+    if isinstance(indices, bool) or not isinstance(indices, (numbers.Integral, Sequence)):
         raise TypeError(
             f"indices must be None, an int (the last n layers) or a sequence of ints, "
             f"got {type(indices).__name__}"
         )
-    if isinstance(indices, int):
+    if isinstance(indices, numbers.Integral):  # NumPy's too
+        indices = int(indices)
         if not 0 < indices <= num_layers:
             raise ValueError(f"last-n indices={indices} is out of range (1 to {num_layers})")
         taken = list(range(num_layers - indices, num_layers))
     else:
         taken = []
         for i in indices:
-            if isinstance(i, bool) or not isinstance(i, int):
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):
                 raise TypeError(f"indices must hold ints, got {i!r} in {indices!r}")
             if not -num_layers <= i < num_layers:
                 raise ValueError(
                     f"index {i} of indices={list(indices)} is out of range for {num_layers} "
                     f"layers (-{num_layers} to {num_layers - 1})"
                 )
-            taken.append(i % num_layers)
+            taken.append(int(i) % num_layers)
         if not taken:
             raise ValueError("indices is an empty sequence; pass None for every layer")
     return taken, max(taken)

@@ -74,7 +74,7 @@ def save_checkpoint(
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     state = {
         "model": unwrap_model(model).state_dict(),
-        "config": _model_config(model),
+        "config": plain(_model_config(model), "config"),  # NumPy sizes as Python numbers
         **{k: None if obj is None else plain(obj.state_dict(), k) for k, obj in training.items()},
         "epoch": check_int("epoch", epoch, 0),
         "history": plain(history or {}, "history"),

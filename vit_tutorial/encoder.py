@@ -87,7 +87,7 @@ class MLP(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0) -> None:
         check_int("dim", dim), check_int("hidden_dim", hidden_dim)
-        self._build(dim, hidden_dim, dropout)
+        self._build(dim, hidden_dim, check_real("dropout", dropout, 0.0, 1.0, high_open=True))
 
     def _build(self, dim: int, hidden_dim: int, dropout: float) -> None:
         super().__init__()
@@ -119,8 +119,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, dropout: float = 0.0) -> None:
         check_int("dim", dim), check_int("hidden_dim", hidden_dim)
-        check_real("dropout", dropout, 0.0, 1.0, high_open=True)
-        self._build(dim, hidden_dim, dropout)
+        self._build(dim, hidden_dim, check_real("dropout", dropout, 0.0, 1.0, high_open=True))
 
     def _build(self, dim: int, hidden_dim: int, dropout: float) -> None:
         super().__init__()
@@ -178,7 +177,7 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
         True
     """
     check_real("drop path probability p", p, 0.0, 1.0, high_open=True)
-    return _drop_path(x, p, training)
+    return _drop_path(x, p, check_bool("training", training))
 
 
 def _drop_path(x: Tensor, p: float, training: bool) -> Tensor:  # drop_path for a checked p

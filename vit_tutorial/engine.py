@@ -125,7 +125,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
         >>> len(decay["params"]), decay["weight_decay"], len(no_decay["params"])
         (1, 0.05, 3)
     """
-    model = unwrap_model(model)
+    model, weight_decay = unwrap_model(model), check_real("weight_decay", weight_decay, 0.0)
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -155,6 +155,10 @@ def warmup_cosine(
         >>> rates
         [0.25, 0.5, 0.75, 1.0, 0.854, 0.5, 0.146]
     """
+    warmup_steps, total_steps = (
+        check_int("warmup_steps", warmup_steps, 0),
+        check_int("total_steps", total_steps),
+    )
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"need 0 <= warmup_steps < total_steps, got {warmup_steps=} and {total_steps=}"
@@ -197,7 +201,7 @@ def _present(device: torch.device) -> bool:
         return torch.backends.mps.is_available()
     try:
         torch.empty(0, device=device)  # 'xla' without torch_xla, say, raises
-    except (RuntimeError, AssertionError, NotImplementedError):
+    except Exception:  # RuntimeError, or ModuleNotFoundError for 'hpu' without its module ...
         return False
     return True
 

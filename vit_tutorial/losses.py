@@ -32,6 +32,7 @@ def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0)
         >>> round(cross_entropy(logits, torch.tensor([[1.0, 0.0], [0.0, 1.0]])).item(), 4)
         0.1269
     """
+    check_real("label_smoothing", label_smoothing, 0.0, 1.0)
     k, soft = logits.shape[-1], targets.is_floating_point()
     if soft and (targets.shape != logits.shape or not (targets.isfinite() & (targets >= 0)).all()):
         raise ValueError(

@@ -60,7 +60,10 @@ def num_visible(num_patches: int, mask_ratio: float) -> int:
     """N_keep = int(N · (1 - mask_ratio)), the patches kept of N, as MAE's ``random_masking``
     counts them (``len_keep``, ``models_mae.py``), floating point included (``int(20 · (1 -
     0.9))`` is ``int(1.999…)`` = 1); ValueError when that is none."""
-    ratio = check_real("mask_ratio", mask_ratio, 0, 1, high_open=True)
+    ratio, num_patches = (
+        check_real("mask_ratio", mask_ratio, 0, 1, high_open=True),
+        check_int("num_patches", num_patches),
+    )
     if (keep := int(num_patches * (1 - ratio))) < 1:
         raise ValueError(f"mask_ratio={ratio} hides all {num_patches} tokens; keep at least one")
     return keep
@@ -104,7 +107,7 @@ def random_masking(
 def normalized_patches(images: Tensor, patch_size: int, eps: float = 1e-6) -> Tensor:
     """MAE's target, ``(B, N, P·P·C)``: each patch's pixels minus their mean, over ``sqrt(var +
     eps)``, the unbiased variance (``torch.var``'s default), as in MAE's ``models_mae.py``."""
-    patches = image_to_patches(images, patch_size)
+    eps, patches = check_real("eps", eps, 0.0, low_open=True), image_to_patches(images, patch_size)
     mean = patches.mean(dim=-1, keepdim=True)
     return (patches - mean) / (patches.var(dim=-1, keepdim=True) + eps).sqrt()
 

@@ -19,7 +19,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from vit_tutorial.validate import check_int
+from vit_tutorial.validate import check_bool, check_int
 
 __all__ = ["PatchEmbedding", "ConvStem", "image_to_patches", "patches_to_image", "patch_grid"]
 
@@ -217,7 +217,8 @@ class PatchEmbedding(_Stem):
         bias: bool = True,
         strict_image_size: bool = True,
     ) -> None:
-        check_int("in_channels", in_channels), check_int("dim", dim)
+        check_int("in_channels", in_channels), check_int("dim", dim), check_bool("bias", bias)
+        check_bool("strict_image_size", strict_image_size)
         self._build(image_size, patch_size, in_channels, dim, bias, strict_image_size)
         self.size_option = "strict_image_size=False"
 
@@ -258,6 +259,7 @@ class ConvStem(_Stem):
         strict_image_size: bool = True,
     ) -> None:
         check_int("in_channels", in_channels), check_int("dim", dim)
+        check_bool("strict_image_size", strict_image_size)
         self._build(image_size, patch_size, in_channels, dim, strict_image_size)
         self.size_option = "strict_image_size=False"
 

@@ -52,6 +52,14 @@ class LearnedPositionalEmbedding(nn.Module):
         grid_size: IntOrPair | None = None,
         num_prefix_tokens: int = 0,
     ) -> None:
+        check_int("num_positions", num_positions), check_int("dim", dim)
+        check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        grid = pair(grid_size, "grid_size") if grid_size is not None else None
+        if grid and (want := math.prod(grid) + num_prefix_tokens) != num_positions:
+            raise ValueError(f"num_positions must be {want} (prefix + grid), got {num_positions}")
+        self._build(num_positions, dim, grid, num_prefix_tokens)
+
+    def _build(self, num_positions, dim, grid_size=None, num_prefix_tokens=0) -> None:
         super().__init__()
         self.num_positions, self.dim, self.num_prefix_tokens = num_positions, dim, num_prefix_tokens
         self.grid_size = pair(grid_size, "grid_size") if grid_size is not None else None
@@ -140,7 +148,7 @@ class SinusoidalEmbedding2D(nn.Module):
     """
 
     def __init__(self, grid_size: IntOrPair, dim: int, num_prefix_tokens: int = 0) -> None:
-        check_int("dim", dim)
+        check_int("dim", dim), check_int("num_prefix_tokens", num_prefix_tokens, 0)
         self._build(grid_size, dim, num_prefix_tokens)
 
     def _build(self, grid_size: IntOrPair, dim: int, num_prefix_tokens: int) -> None:

@@ -85,7 +85,7 @@ class VisionTransformer(Classifier, nn.Module):
         self.pos_embed, covered = None, 0 if c.no_embed_class else p  # prefix tokens in the table
         if c.pos_embed == "learned":
             n = covered + grid[0] * grid[1]
-            self.pos_embed = LearnedPositionalEmbedding(n, c.dim, grid, covered)
+            self.pos_embed = trusted(LearnedPositionalEmbedding, n, c.dim, grid, covered)
         elif c.pos_embed == "sincos2d":
             self.pos_embed = trusted(SinusoidalEmbedding2D, grid, c.dim, covered)
         elif c.pos_embed == "relative":

@@ -29,8 +29,8 @@ def _image_transforms(
     image_size: int, mean: tuple[float, ...], std: tuple[float, ...], augment: bool
 ) -> tuple[Any, Any]:
     """``(train, eval)`` ``transforms.v2`` pipelines from a PIL image to a normalised tensor."""
-    if len(mean) != 3 or len(std) != 3:
-        raise ValueError(f"mean and std need 3 values (R, G, B), got mean={mean} and std={std}")
+    if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
+        raise ValueError(f"mean and std need 3 values (R, G, B), std > 0, got {mean=} and {std=}")
     from torchvision.transforms import v2
 
     resize = int(image_size / CROP_FRACTION)  # 224 -> 256

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -102,6 +102,8 @@ def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dic
     """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one row at a time:
     ``id``, ``group``, ``name``, ``change``, ``config``, ``runs`` (:func:`train_once` per seed);
     a configuration in several groups (the base is in all four) is trained once per seed."""
+    if isinstance(variants, str) or not isinstance(seeds, Iterable):
+        raise TypeError(f"variants and seeds must be lists, got {variants!r} and {seeds!r}")
     seeds, _ = [check_seed(seed) for seed in seeds], settings(epochs)  # before training
     if unknown := sorted(set(variants) - set(VARIANTS)):
         raise ValueError(f"unknown variants {unknown}; expected ids of VARIANTS: {list(VARIANTS)}")
@@ -181,8 +183,14 @@ def permuted_token_logits(model: VisionTransformer, images: Tensor, order: Tenso
     if model.config.pos_embed == "relative":
         raise ValueError("permuted_token_logits needs a position table, not pos_embed='relative'")
     kind = getattr(order, "dtype", None)
-    if not isinstance(order, Tensor) or kind.is_floating_point or kind in (torch.bool,):
+    if (
+        not isinstance(order, Tensor)
+        or kind.is_floating_point
+        or kind.is_complex
+        or kind == torch.bool
+    ):
         raise TypeError(f"order must be an integer tensor, got {kind or type(order).__name__}")
+    order = order.long()  # uint8 and int16 index too
 
     def permute(module: nn.Module, args: tuple, x: Tensor) -> Tensor:  # (B, N, D), permuted
         (b, n), shape = x.shape[:2], tuple(order.shape)
