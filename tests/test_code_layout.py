@@ -44,7 +44,11 @@ MAX_MODULE_LINES = 400
 #: range are refused, ``python -m vit_tutorial`` runs the commands, and an outside adversarial
 #: pass's findings (Eva's RoPE options, torchvision's blocks read one by one, NumPy sizes in
 #: checkpoints, the layers' own arguments): 223 lines, 7,055 in all.
-MAX_CORE_LINES = 7060
+#: Issue 37 moves chapter 8's learning curve into the loop (``fit(eval_every=...)``, its epoch
+#: as ``train_one_epoch``: the ~110 lines of ``ScoringLoader`` in the experiments went) and
+#: splits the optimiser's pieces (``optim.py``) and devices (``devices.py``) off ``engine.py``
+#: to keep it within MAX_MODULE_LINES: 118 lines, 7,173 in all.
+MAX_CORE_LINES = 7175
 #: Outside the cap, within MAX_MODULE_LINES: the chapters' runs and the teaching drawings
 #: (``figures_modern.py``, chapter 11's map, is a drawing too: the second module of drawings
 #: now that ``figures.py`` is near MAX_MODULE_LINES).
@@ -124,10 +128,11 @@ def test_no_model_module_knows_how_it_is_trained(name):
 @pytest.mark.parametrize("path", CORE, ids=_name)
 def test_only_fit_steps_an_optimiser(path):
     """One loop: no library module calls ``.step()`` (an optimiser's, a scheduler's)
-    outside :func:`vit_tutorial.engine.fit`."""
+    outside :func:`vit_tutorial.engine.fit` and its epoch, ``train_one_epoch``."""
     tree = ast.parse(path.read_text())
-    fit = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fit"), None)
-    inside_fit = {id(n) for n in ast.walk(fit)} if _name(path) == "engine.py" and fit else set()
+    loop = ("fit", "train_one_epoch") if _name(path) == "engine.py" else ()
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in loop]
+    inside_fit = {id(n) for function in functions for n in ast.walk(function)}
     steps = [
         node.lineno
         for node in ast.walk(tree)

@@ -2,6 +2,7 @@
 
 import math
 import re
+import time
 
 import pytest
 import torch
@@ -178,6 +179,78 @@ def test_fit_is_reproducible():
 
     a, b = run(), run()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_eval_every_trains_the_same_weights_and_records_the_curve():
+    def run(**scoring):
+        torch.manual_seed(1)
+        model = tiny_vit(dropout=0.1)  # dropout: scoring must not move the random stream
+        train_loader, val_loader = loaders()
+        val_loader = val_loader if scoring else None
+        return model, fit(model, train_loader, val_loader, **ARGS, **scoring)
+
+    plain_model, plain_history = run()
+    model, history = run(eval_every=4)  # 6 steps an epoch: points inside epochs
+    for (name, a), b in zip(plain_model.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), name
+    curve = history["curve"]
+    assert set(curve) == set(engine.CURVE_KEYS) and curve["step"] == [4, 8, 12, 16, 20, 24]
+    assert curve["val_acc"][-1] == evaluate(model, loaders()[1])["accuracy"]
+    # a point's training loss is the mean of the steps since the previous point: the first
+    # three points' (steps 1 to 12, batches of one size) average to the first two epochs'
+    by_points, by_epochs = sum(curve["train_loss"][:3]) / 3, sum(history["train_loss"][:2]) / 2
+    assert math.isclose(by_points, by_epochs, rel_tol=1e-5)
+    # an epoch's row has the scores of a point at its last step (steps 12 and 24), else NaN
+    assert history["val_acc"][1] == curve["val_acc"][2]
+    assert history["val_acc"][3] == curve["val_acc"][5]
+    assert math.isnan(history["val_acc"][0]) and math.isnan(history["val_loss"][2])
+    assert history["train_loss"] == plain_history["train_loss"]
+
+
+def test_eval_every_keeps_the_scoring_out_of_the_training_seconds(monkeypatch):
+    slow = engine.evaluate
+
+    def sleepy(*args):
+        time.sleep(0.25)
+        return slow(*args)
+
+    monkeypatch.setattr(engine, "evaluate", sleepy)
+    history = fit(tiny_vit(), *loaders(), **{**ARGS, "epochs": 2}, eval_every=3)
+    assert len(history["curve"]["step"]) == 4 and min(history["curve"]["eval_seconds"]) >= 0.25
+    assert sum(history["time"]) < 0.25, history["time"]  # two epochs of six tiny steps
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "eval_every must be at least 1, got 0"),
+        (2.0, TypeError, "eval_every must be an integer"),
+        (True, TypeError, "eval_every must be an integer"),
+    ],
+)
+def test_eval_every_is_checked_before_training(value, error, message):
+    with pytest.raises(error, match=message):
+        fit(tiny_vit(), *loaders(), **ARGS, eval_every=value)
+
+
+def test_eval_every_needs_a_val_loader():
+    with pytest.raises(ValueError, match="eval_every scores val_loader .* pass a val_loader"):
+        fit(tiny_vit(), loaders()[0], None, **ARGS, eval_every=2)
+
+
+def test_a_resumed_run_continues_its_curve(tmp_path):
+    args = {**ARGS, "epochs": 3, "eval_every": 3}
+    torch.manual_seed(3)
+    straight = fit(tiny_vit(dropout=0.1), *loaders(), **args)["curve"]
+    torch.manual_seed(3)
+    model, path = tiny_vit(dropout=0.1), tmp_path / "run.pt"
+    with pytest.raises(RuntimeError, match="simulated crash"):  # dies in epoch 2
+        fit(model, Crash(loaders()[0], after=6 + 2), loaders()[1], **args, checkpoint_path=path)
+    torch.manual_seed(999)
+    resumed = fit(tiny_vit(dropout=0.1), *loaders(), **args, checkpoint_path=path)["curve"]
+    assert resumed["step"] == straight["step"] == [3, 6, 9, 12, 15, 18]
+    for key in ("train_loss", "val_loss", "val_acc"):
+        assert resumed[key] == straight[key], key
 
 
 def test_fit_uses_no_decay_groups_and_clips(monkeypatch):

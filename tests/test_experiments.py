@@ -21,6 +21,7 @@ from vit_tutorial.experiments.ch08 import (
     STEPS,
     RunSpec,
     build_model,
+    eval_every,
     history_steps,
     learning_curves,
     load_teacher,
@@ -565,22 +566,24 @@ def test_a_short_run_on_the_real_data_saves_its_weights(tmp_path):
     assert alone["history"]["train_loss"][0] == pytest.approx(both, abs=2e-4)
     for key in ("test_accuracy", "val_accuracy", "final_train_loss"):
         assert alone[key] == result[key], key
-    # nor does scoring it inside an epoch (3 steps an epoch: points after steps 2 and 5)
-    inside = run(RunSpec("vit", 300, 0, 6), device="cpu", history_points=4)
-    assert inside["history"]["step"] == [2, 3, 5, 6]
+    # nor does scoring it inside an epoch (3 steps an epoch: a point after every step)
+    inside = run(RunSpec("vit", 300, 0, 6), device="cpu", history_points=6)
+    assert inside["history"]["step"] == [1, 2, 3, 4, 5, 6]
     assert len(set(inside["history"]["val_accuracy"])) > 1  # scored at other weights
     for key in ("test_accuracy", "val_accuracy", "final_train_loss"):
         assert inside[key] == result[key], key
-    # the training loss between points: steps 4 and 5 (128 images each) and step 6 (44)
+    # the training loss of each step: steps 4 and 5 (128 images each) and step 6 (44)
     # make the last epoch
-    a, b = inside["history"]["train_loss"][2:]
-    assert (256 * a + 44 * b) / 300 == pytest.approx(result["final_train_loss"], abs=2e-4)
+    a, b, c = inside["history"]["train_loss"][3:]
+    total = 128 * a + 128 * b + 44 * c
+    assert total / 300 == pytest.approx(result["final_train_loss"], abs=2e-4)
 
 
 def test_history_steps_spread_the_points_and_end_at_the_last_step():
     assert history_steps(13) == list(range(1, 14)) and history_steps(2, 13) == [1, 2]
     assert history_steps(5590) == list(range(430, 5591, 430))  # one an epoch of 55,000
-    assert history_steps(432) == [34, 67, 100, 133, 167, 200, 233, 266, 300, 333, 366, 399, 432]
+    assert history_steps(432) == [*range(34, 432, 34), 432]  # every ⌈432 / 13⌉ = 34 steps
+    assert history_steps(6, 4) == [2, 4, 6] and eval_every(432) == 34
     with pytest.raises(ValueError, match="points"):
         history_steps(10, 0)
 

@@ -3,18 +3,18 @@
 :func:`fit` trains a classifier, a DeiT student and a masked autoencoder alike: only the **loss**
 changes (:mod:`vit_tutorial.losses`). Its optimisation is DeiT's (Touvron et al. 2021, Table 9):
 **AdamW** with weight decay on the weight matrices only (:func:`param_groups`), a **linear warm-up,
-then cosine decay** of the learning rate, stepped every iteration (:func:`warmup_cosine`); the ViT
-paper pre-trained with Adam and a linear decay instead. Also: gradient clipping, bf16/fp16 autocast
-on GPUs, a checkpoint every epoch (resumed to the same weights as an uninterrupted run),
+then cosine decay** of the learning rate, stepped every iteration (:func:`warmup_cosine`; both in
+:mod:`vit_tutorial.optim`); the ViT paper pre-trained with Adam and a linear decay instead. Also:
+a learning curve scored every few steps (``eval_every``), gradient clipping, bf16/fp16 autocast on
+GPUs, a checkpoint every epoch (resumed to the same weights as an uninterrupted run),
 DistributedDataParallel under ``torchrun`` (rank 0 alone writes and prints). "How to fit" is one
-object, :class:`FitSettings`, checked once when built.
+object, :class:`FitSettings`, checked once when built; an epoch is :func:`train_one_epoch`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,28 +23,25 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 from torch.utils.data import DataLoader
 
-from vit_tutorial.checkpoint import load_checkpoint, plain, save_checkpoint, unwrap_model
+from vit_tutorial.checkpoint import load_checkpoint, plain, save_checkpoint
+from vit_tutorial.devices import Device, resolve_device
 from vit_tutorial.losses import Classification, cross_entropy
+from vit_tutorial.optim import param_groups, warmup_cosine
 from vit_tutorial.validate import check_bool, check_int, check_real
 
+#: ``Device``, ``resolve_device``, ``param_groups`` and ``warmup_cosine`` are imported here
+#: too, from :mod:`vit_tutorial.devices` and :mod:`vit_tutorial.optim`, which document them.
 __all__ = [
-    "Device",
     "FitSettings",
     "TrainResult",
-    "param_groups",
-    "warmup_cosine",
-    "resolve_device",
     "predict",
     "evaluate",
+    "train_one_epoch",
     "fit",
 ]
 
-#: Where to run: ``'auto'`` (see :func:`resolve_device`), a string that
-#: :class:`torch.device` reads (``'cpu'``, ``'cuda:1'``, ...), or a :class:`torch.device`.
-Device = str | torch.device
 
 #: A loss for :func:`fit`: ``loss(outputs, images, targets) -> (loss, logits or None)``;
 #: the logits score the training accuracy (``None``: a loss with no accuracy, as MAE's).
@@ -115,97 +112,6 @@ class TrainResult:
     train_seconds: float
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW parameter groups: decayed weight matrices, and undecayed parameters with fewer
-    than two dimensions (biases, norm weights) or named by ``model.no_weight_decay()`` where the
-    model has it (as timm models do: class token, position embeddings); frozen ones left out.
-
-    Example:
-        >>> decay, no_decay = param_groups(nn.Sequential(nn.Linear(4, 2), nn.LayerNorm(2)), 0.05)
-        >>> len(decay["params"]), decay["weight_decay"], len(no_decay["params"])
-        (1, 0.05, 3)
-    """
-    model, weight_decay = unwrap_model(model), check_real("weight_decay", weight_decay, 0.0)
-    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            exempt = p.ndim < 2 or name in skip or name.split(".")[-1] in skip
-            (no_decay if exempt else decay).append(p)
-    return [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
-
-
-def warmup_cosine(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
-) -> LRScheduler:
-    """Linear warm-up to the peak ``lr``, then cosine decay towards 0: step ``t`` (from 0) uses
-    ``lr · (t + 1) / (w + 1)`` for ``t < w`` and ``lr · (1 + cos(π (t - w) / (S - w))) / 2``
-    after, with ``w = warmup_steps`` and ``S = total_steps``: :mod:`torch.optim.lr_scheduler`'s
-    ``LinearLR`` then ``CosineAnnealingLR``, chained by ``SequentialLR``. Step it after every
-    optimiser step.
-
-    Example:
-        >>> optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-        >>> scheduler = warmup_cosine(optimizer, warmup_steps=3, total_steps=7)
-        >>> rates = []
-        >>> for _ in range(7):
-        ...     rates.append(round(optimizer.param_groups[0]["lr"], 3))
-        ...     optimizer.step()
-        ...     scheduler.step()
-        >>> rates
-        [0.25, 0.5, 0.75, 1.0, 0.854, 0.5, 0.146]
-    """
-    warmup_steps, total_steps = (
-        check_int("warmup_steps", warmup_steps, 0),
-        check_int("total_steps", total_steps),
-    )
-    if not 0 <= warmup_steps < total_steps:
-        raise ValueError(
-            f"need 0 <= warmup_steps < total_steps, got {warmup_steps=} and {total_steps=}"
-        )
-    cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps)
-    if warmup_steps == 0:
-        return cosine
-    warmup = LinearLR(optimizer, start_factor=1 / (warmup_steps + 1), total_iters=warmup_steps)
-    return SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
-
-
-def resolve_device(device: Device = "auto") -> torch.device:
-    """``'auto'`` is the process's GPU if CUDA is available (``cuda:LOCAL_RANK``), else the CPU;
-    another device must be one this machine has (ValueError: 'mps' off a Mac, 'cuda:3' on one
-    GPU, 'meta', which holds no data)."""
-    if str(device) != "auto":
-        try:
-            resolved = torch.device(device)
-        except (RuntimeError, TypeError):
-            expected = "'auto', 'cpu', 'cuda', 'cuda:N', 'mps' ..."
-            raise ValueError(f"unknown device {device!r}; expected {expected}") from None
-        if resolved.type == "meta":
-            raise ValueError("device 'meta' holds no data: nothing can train or run there")
-        if not _present(resolved):
-            gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-            mps = ["mps"] * bool(torch.backends.mps.is_available())
-            here = ", ".join(["cpu", *gpus, *mps])
-            raise ValueError(f"device {device!r} is not on this machine (it has {here})") from None
-        return resolved
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
-def _present(device: torch.device) -> bool:
-    """Whether this machine has ``device`` (CUDA counted without starting it on a GPU)."""
-    if device.type == "cuda":
-        return (device.index or 0) < torch.cuda.device_count()
-    if device.type == "mps":
-        return torch.backends.mps.is_available()
-    try:
-        torch.empty(0, device=device)  # 'xla' without torch_xla, say, raises
-    except Exception:  # RuntimeError, or ModuleNotFoundError for 'hpu' without its module ...
-        return False
-    return True
-
-
 def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
     """The autocast dtype that ``amp`` asks for on ``device``, or ``None`` for float32."""
     if amp not in (None, "auto", "bf16", "fp16"):
@@ -252,8 +158,10 @@ def evaluate(
     return {"loss": loss, "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
 
 
-def _check_fit_inputs(train_loader, val_loader, path) -> int:
+def _check_fit_inputs(train_loader, val_loader, path, eval_every) -> int:
     """The batches an epoch, once what would fail only after training is refused."""
+    if eval_every is not None and check_int("eval_every", eval_every) and val_loader is None:
+        raise ValueError("eval_every scores val_loader after those steps: pass a val_loader")
     for name, loader in [("train_loader", train_loader), ("val_loader", val_loader)]:
         if loader is not None and len(loader) == 0:
             raise ValueError(f"{name} yields no batches {_EMPTY}")
@@ -262,6 +170,85 @@ def _check_fit_inputs(train_loader, val_loader, path) -> int:
         where = f"inside {str(file)!r}, a file" if file else "a folder"
         raise ValueError(f"checkpoint_path must name a file, got {str(path)!r}, {where}")
     return len(train_loader)
+
+
+def train_one_epoch(
+    net: nn.Module,
+    loader: DataLoader,
+    loss: Loss,
+    state: dict[str, Any],
+    settings: FitSettings,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    after_step: Callable[[Tensor, Tensor], None] | None = None,
+    need_logits: bool = False,
+) -> tuple[Tensor, float]:
+    """One pass over ``loader`` (DeiT's ``engine.train_one_epoch``): a step of ``state``'s
+    ``optimizer``, ``scheduler`` and ``scaler`` per batch. Returns the sums over the batches of
+    (loss · B, correct, B) on ``device``, and the rate of the last step. ``after_step(loss · B,
+    B)`` runs after each step (:func:`fit`'s learning curve); ``need_logits``: a loss without
+    logits is refused at the first batch (a validation loader could not be scored)."""
+    optimizer, scheduler, scaler = state["optimizer"], state["scheduler"], state["scaler"]
+    sums, lr = torch.zeros(3, device=device), math.nan  # loss · B, correct, B
+    for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        lr = optimizer.param_groups[0]["lr"]  # the rate this step uses
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            value, logits = loss(net(x), x, y)
+        if logits is None and need_logits:  # evaluate would fail after the epoch
+            raise ValueError("the loss gives no logits for val_loader to score: pass None")
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(value).backward()
+        if settings.grad_clip is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            nn.utils.clip_grad_norm_(net.parameters(), settings.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        n = torch.tensor(float(len(y)), device=device)
+        labels = y.argmax(-1) if y.dim() == 2 else y  # soft labels: their top class
+        correct = (logits.argmax(-1) == labels).sum() if logits is not None else n * math.nan
+        weighted = value.detach().float() * n
+        sums += torch.stack([weighted, correct.float(), n])
+        if after_step is not None:
+            after_step(weighted, n)
+    return sums, lr
+
+
+class _Curve:
+    """:func:`fit`'s learning curve: after every ``every``-th optimiser step and the last
+    (``total``), the mean training loss of the steps since the previous point and the scores
+    on ``val_loader``, appended to ``points`` (the history's ``curve``). Scoring runs on a copy
+    of the random state (a loader draws its seed from it), so the run trains the same weights
+    as without it; its seconds are kept apart from the training's."""
+
+    def __init__(self, evaluate_args: tuple, every: int, total: int, step: int, points: dict):
+        self.evaluate_args, self.every, self.total, self.points = (
+            evaluate_args,
+            every,
+            total,
+            points,
+        )
+        self.step, self.scored_at, self.scores = step, -1, {}
+        self.seconds = 0.0  # scoring seconds since the counter was last read
+        self.sums: Any = 0.0  # loss · B, B since the last point (tensors, no sync per step)
+
+    def __call__(self, weighted: Tensor, n: Tensor) -> None:
+        self.step += 1
+        self.sums = self.sums + torch.stack([weighted, n])
+        if self.step % self.every and self.step != self.total:
+            return
+        tic = time.perf_counter()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(self.sums)  # the global mean, as the epoch's row
+        with torch.random.fork_rng(devices=[]):
+            self.scores = evaluate(*self.evaluate_args)
+        train_loss = (self.sums[0] / self.sums[1]).item()
+        self.sums, self.scored_at = 0.0, self.step
+        self.seconds += time.perf_counter() - tic
+        row = (self.step, train_loss, self.scores["loss"], self.scores["accuracy"])
+        for key, value in zip(CURVE_KEYS, (*row, time.perf_counter() - tic)):
+            self.points[key].append(value)
 
 
 def fit(
@@ -277,16 +264,18 @@ def fit(
     checkpoint_path: str | Path | None = None,
     extra: dict[str, Any] | None = None,
     compile: bool = False,
+    eval_every: int | None = None,
     **hyperparameters: Any,
-) -> dict[str, list]:
+) -> dict[str, Any]:
     """Train ``model`` with AdamW and warm-up + cosine; return the per-epoch history: for each
     of :data:`HISTORY_KEYS` a list of one value per epoch (``lr`` its last step's rate, ``time``
-    its training seconds; an accuracy the loss cannot score is NaN).
+    its training seconds, scoring excluded; an accuracy the loss cannot score is NaN).
 
     Args:
         model: the model; ``loss`` reads its output.
         train_loader: ``(images, targets)`` batches; its sampler's ``set_epoch`` runs each epoch.
-        val_loader: a classifier's validation batches, scored after every epoch, or ``None``.
+        val_loader: a classifier's validation batches, scored after every epoch (or at the
+            ``eval_every`` points instead), or ``None``.
         settings: the :class:`FitSettings`, or its fields as keywords (``epochs=3, lr=1e-3``).
         loss: ``loss(outputs, images, targets) -> (loss, logits or None)``
             (:mod:`vit_tutorial.losses`); by default the cross-entropy with the settings'
@@ -298,10 +287,15 @@ def fit(
         checkpoint_path: save a checkpoint here every epoch; resume from it if it exists.
         extra: plain values every checkpoint carries (the data's normalisation, say).
         compile: train through ``torch.compile(model)``; checkpoints stay plain.
+        eval_every: score ``val_loader`` after every ``eval_every``-th step and the last,
+            not after each epoch (nanoGPT's ``eval_interval``): the history's ``curve``, a list
+            per :data:`CURVE_KEYS`; an epoch's row has a point's scores at its end, else NaN.
+            The same seed trains the same weights as without it.
 
     Raises:
         ValueError: an empty loader, a checkpoint path that is a folder or in a file, a checkpoint
-            trained with other settings, or a hyperparameter out of range (:class:`FitSettings`).
+            trained with other settings, ``eval_every`` without ``val_loader`` or under 1, or a
+            hyperparameter out of range (:class:`FitSettings`).
         TypeError: both ``settings`` and keywords, or ``compile`` or ``progress`` not a bool.
     """
     if settings is None:
@@ -311,7 +305,7 @@ def fit(
     elif not isinstance(settings, FitSettings):
         raise TypeError(f"settings must be a FitSettings, got {type(settings).__name__}")
     check_bool("compile", compile), check_bool("progress", progress)
-    steps = _check_fit_inputs(train_loader, val_loader, checkpoint_path)
+    steps = _check_fit_inputs(train_loader, val_loader, checkpoint_path, eval_every)
     loss = loss if loss is not None else Classification(settings.label_smoothing)
     device = resolve_device(device)
     dtype = _amp_dtype(amp, device)
@@ -337,42 +331,33 @@ def fit(
                 f"cannot resume {checkpoint_path}: it was trained with {was}, not {now}"
             )
         start, history = saved["epoch"], saved["history"]
+    curve = None
+    if eval_every is not None:
+        points = history.setdefault("curve", {key: [] for key in CURVE_KEYS})
+        curve = _Curve((model, val_loader, device, amp), eval_every, total, start * steps, points)
     distributed = dist.is_available() and dist.is_initialized()  # under torchrun
     first = not distributed or dist.get_rank() == 0  # the process that writes and prints
     ids = [device.index] if device.type == "cuda" else None
     net = nn.parallel.DistributedDataParallel(model, device_ids=ids) if distributed else model
     net = torch.compile(net) if compile else net
+    no_val = {"loss": math.nan, "accuracy": math.nan}
 
     for epoch in range(start, settings.epochs):
         if hasattr(train_loader.sampler, "set_epoch"):
             train_loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, alike on all ranks
         tic = time.perf_counter()
         net.train()
-        sums = torch.zeros(3, device=device)  # loss · B, correct, B, summed over the batches
-        for x, y in train_loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            lr = optimizer.param_groups[0]["lr"]  # the rate this step uses
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                value, logits = loss(net(x), x, y)
-            if logits is None and val_loader is not None:  # evaluate would fail after the epoch
-                raise ValueError("the loss gives no logits for val_loader to score: pass None")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(value).backward()
-            if settings.grad_clip is not None:
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            n = torch.tensor(float(len(y)), device=device)
-            labels = y.argmax(-1) if y.dim() == 2 else y  # soft labels: their top class
-            correct = (logits.argmax(-1) == labels).sum() if logits is not None else n * math.nan
-            sums += torch.stack([value.detach().float() * n, correct.float(), n])
+        sums, lr = train_one_epoch(
+            net, train_loader, loss, state, settings, device, dtype, curve, val_loader is not None
+        )
         if distributed:
             dist.all_reduce(sums)  # every rank reports the same, global, numbers
         seconds = time.perf_counter() - tic
-        no_val = {"loss": math.nan, "accuracy": math.nan}
-        val = evaluate(model, val_loader, device, amp) if val_loader is not None else no_val
+        if curve is not None:  # its scoring is not training time
+            seconds, curve.seconds = seconds - curve.seconds, 0.0
+            val = curve.scores if curve.scored_at == (epoch + 1) * steps else no_val
+        else:
+            val = evaluate(model, val_loader, device, amp) if val_loader is not None else no_val
         row = (epoch + 1, *(sums[:2] / sums[2]).tolist(), val["loss"], val["accuracy"], lr, seconds)
         for key, value in zip(HISTORY_KEYS, row):
             history[key].append(value)
@@ -388,3 +373,7 @@ def fit(
 
 #: The keys of :func:`fit`'s history, each a list with a value per epoch.
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "time")
+#: The keys of the history's ``curve`` (``fit(eval_every=...)``), each a list with a value per
+#: point: the optimiser step, the mean training loss since the previous point, the validation
+#: loss and accuracy, and the seconds the scoring took.
+CURVE_KEYS = ("step", "train_loss", "val_loss", "val_acc", "eval_seconds")

@@ -1,8 +1,8 @@
 """Learning curves of chapter 8's runs: when :func:`~vit_tutorial.experiments.ch08.run` scores
-the validation split (:func:`history_steps`, :class:`ScoringLoader`), and the curves of
-several runs, averaged over their seeds (:func:`learning_curves`) and drawn with the models
-side by side (:func:`plot_learning_curves`). :mod:`~vit_tutorial.experiments.ch08` re-exports
-them; this module imports nothing of it.
+the validation split (:func:`history_steps`; :func:`~vit_tutorial.engine.fit` scores it, with
+``eval_every``), and the curves of several runs, averaged over their seeds
+(:func:`learning_curves`) and drawn with the models side by side (:func:`plot_learning_curves`).
+:mod:`~vit_tutorial.experiments.ch08` re-exports them; this module imports nothing of it.
 
 A run's ``history`` holds three lists of one value per point: the optimiser ``step`` (inside an
 epoch or at its end), the mean ``train_loss`` of the steps since the previous point, and the
@@ -13,19 +13,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-import torch
-from torch import nn
-
-from vit_tutorial.engine import evaluate
 from vit_tutorial.validate import check_int
 
 __all__ = [
     "HISTORY_POINTS",
-    "ScoringLoader",
+    "eval_every",
     "history_steps",
     "learning_curves",
     "plot_learning_curves",
@@ -40,9 +35,10 @@ NAMES["vit_rel"] = "ViT, relative bias"
 
 
 def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
-    """The optimiser steps after which a run records a point of its learning curve: ``points``
-    of them, evenly spread over its ``steps``, the last step included (every step when there
-    are fewer). A point may fall inside an epoch.
+    """The optimiser steps after which a run of ``steps`` records a point of its learning
+    curve, about ``points`` of them: every ``eval_every = ⌈steps / points⌉`` steps
+    (:func:`eval_every`), and the last step (every step when there are fewer). A point may
+    fall inside an epoch.
 
     Example:
         >>> history_steps(5590)[:3], history_steps(3)  # 55,000 images: 430 steps an epoch
@@ -50,88 +46,15 @@ def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
         >>> history_steps(432, 4)  # 1,000 images, 54 epochs of 8 steps
         [108, 216, 324, 432]
     """
-    steps = check_int("steps", steps)
-    points = min(steps, check_int("points", points))
-    return sorted({math.ceil(k * steps / points) for k in range(1, points + 1)})
+    every = eval_every(steps, points)
+    return sorted({*range(every, steps + 1, every), steps})
 
 
-class ScoringLoader:
-    """A training loader as :func:`~vit_tutorial.engine.fit` reads it (its batches, length and
-    sampler) that scores ``model`` on ``val_loader`` after each step of ``points`` but the last
-    (the run scores its final model itself), mid-epoch too: the accuracies in
-    :attr:`accuracy`, the seconds it took in :attr:`seconds`. :meth:`recording` wraps the
-    run's loss so that the mean training loss of the steps between two points is kept. The
-    scoring draws nothing from the training's random streams (a loader draws its base seed
-    from the global generator), so the run trains exactly as it would without it.
-    :meth:`curve` then makes the run's ``history``."""
-
-    def __init__(self, loader, model: nn.Module, val_loader, points: list[int], device, amp):
-        self.loader, self.model, self.val_loader, self.points = loader, model, val_loader, points
-        self.device, self.amp = device, amp
-        self.step, self.accuracy, self.train_loss, self.seconds = 0, [], [], 0.0
-        self._loss_sum: Any = 0.0  # loss · batch size since the last point (a tensor)
-        self._loss_count = 0
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    @property
-    def sampler(self) -> Any:
-        return self.loader.sampler
-
-    def __iter__(self) -> Iterator:
-        for batch in self.loader:
-            self._score_if_due()
-            yield batch  # fit asks for the next batch once this step is done
-            self.step += 1
-        self._score_if_due()
-
-    def _score_if_due(self) -> None:
-        done = len(self.accuracy)  # points scored so far
-        if done < len(self.points) - 1 and self.step == self.points[done]:
-            tic = time.perf_counter()
-            with torch.random.fork_rng(devices=[]):
-                score = evaluate(self.model, self.val_loader, self.device, self.amp)
-            self.accuracy.append(score["accuracy"])
-            self._close_point()
-            self.seconds += time.perf_counter() - tic
-
-    def _close_point(self) -> None:
-        mean = self._loss_sum / max(self._loss_count, 1)
-        self.train_loss.append(round(float(mean), 4))
-        self._loss_sum, self._loss_count = 0.0, 0
-
-    def recording(self, loss: Any) -> nn.Module:
-        """``loss`` (``loss(outputs, images, targets) -> (value, logits)``), adding each step's
-        value times its batch size to the current point's sum (on the device: no sync)."""
-        return _RecordedLoss(loss, self)
-
-    def curve(self, val_accuracy: float) -> dict[str, list]:
-        """The run's ``history``, once it has trained, with the final model's ``val_accuracy``:
-        at each point, the step, the mean training loss of the steps since the previous point
-        (rounded to 4 decimals) and the validation accuracy."""
-        self._close_point()
-        return {
-            "step": list(self.points),
-            "train_loss": list(self.train_loss),
-            "val_accuracy": [*self.accuracy, val_accuracy],
-        }
-
-
-class _RecordedLoss(nn.Module):
-    """A run's loss that also adds each step's value to its :class:`ScoringLoader`'s sum (a
-    module, so that ``fit`` moves a teacher inside ``loss`` to the device)."""
-
-    def __init__(self, loss: Any, owner: ScoringLoader) -> None:
-        super().__init__()
-        self.loss, self.owner = loss, owner
-
-    def forward(self, outputs: Any, images: torch.Tensor, targets: torch.Tensor) -> Any:
-        value, logits = self.loss(outputs, images, targets)
-        owner = self.owner
-        owner._loss_sum = owner._loss_sum + value.detach().float() * len(targets)
-        owner._loss_count += len(targets)
-        return value, logits
+def eval_every(steps: int, points: int = HISTORY_POINTS) -> int:
+    """The ``eval_every`` of :func:`~vit_tutorial.engine.fit` that gives a run of ``steps``
+    about ``points`` points (:func:`history_steps`): ``⌈steps / points⌉``, at least 1."""
+    steps, points = check_int("steps", steps), check_int("points", points)
+    return math.ceil(steps / points)
 
 
 def learning_curves(runs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

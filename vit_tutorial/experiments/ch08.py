@@ -13,9 +13,9 @@ preset's model); ``'resnet18'``, torchvision's with a one-channel first convolut
 the ViT in parameters, with a sixth fewer FLOPs (:func:`resnet8_greyscale`). The augmentations
 (:data:`AUGMENTATIONS`) are ``torchvision.transforms.v2``'s.
 
-Each run records its learning curve (``history``: at :data:`HISTORY_POINTS` steps spread
-evenly over the run, the step, the mean training loss since the previous point and the
-validation accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
+Each run records its learning curve (``history``, scored by ``fit`` every ``eval_every``
+steps: at about :data:`HISTORY_POINTS` steps spread evenly over the run, the step, the mean
+training loss since the previous point and the validation accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
 side (both from :mod:`vit_tutorial.experiments._history`). The study's runs made before
 histories were recorded have none.
 
@@ -39,13 +39,14 @@ from typing import Any
 import torch
 from torch import nn
 
+import vit_tutorial.experiments._study08 as study  # noqa: F401 (the study: specs, runs, summary)
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import fashion_mnist_datasets
 from vit_tutorial.engine import Device, FitSettings, evaluate, fit, resolve_device
 from vit_tutorial.experiments import epochs_for
 from vit_tutorial.experiments._history import (
     HISTORY_POINTS,
-    ScoringLoader,
+    eval_every,
     history_steps,
     learning_curves,
     plot_learning_curves,
@@ -68,6 +69,7 @@ __all__ = [
     "Augmentation",
     "RunSpec",
     "build_model",
+    "eval_every",
     "history_steps",
     "learning_curves",
     "load_teacher",
@@ -299,10 +301,11 @@ def run(
     ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
     distilled run learns from ``teacher`` (:class:`~vit_tutorial.losses.HardDistillation`);
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
-    ``history`` is the learning curve at ``history_points`` steps spread evenly over the run
-    (:func:`history_steps`, :meth:`~vit_tutorial.experiments._history.ScoringLoader.curve`);
-    scoring it changes no weight. Chapter 11 passes ``build`` (its model, drawn after the seed)
-    and ``probe`` (``probe(model, data)``: measures of the trained model, added)."""
+    ``history`` is the learning curve at about ``history_points`` steps spread evenly over the
+    run (:func:`history_steps`): ``fit`` scores the validation split every so many steps
+    (``eval_every``), which changes no weight; ``history_seconds`` is that scoring's time,
+    left out of ``train_seconds``. Chapter 11 passes ``build`` (its model, drawn after the
+    seed) and ``probe`` (``probe(model, data)``: measures of the trained model, added)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")
     _check_save_to(save_to)
@@ -311,24 +314,28 @@ def run(
     model = build() if build is not None else _model(spec)
     settings = spec.settings
     steps = settings.epochs * len(data.train_loader)
-    points = history_steps(steps, history_points)  # refuses 0 points
-    loader = ScoringLoader(data.train_loader, model, data.val_loader, points, device, amp)
-    loss = loader.recording(_loss(spec, teacher, settings.label_smoothing))
-    history = fit(model, loader, None, settings, loss=loss, device=device, amp=amp, progress=False)
+    every = eval_every(steps, history_points)  # refuses 0 points
+    loss = _loss(spec, teacher, settings.label_smoothing)
+    options = dict(loss=loss, device=device, amp=amp, progress=False, eval_every=every)
+    history = fit(model, data.train_loader, data.val_loader, settings, **options)
+    curve = history["curve"]
     tic = time.perf_counter()
-    val_accuracy = evaluate(model, data.val_loader, device, amp)["accuracy"]
     result = {
         **dataclasses.asdict(spec),
         "key": spec.key,
         "epochs": settings.epochs,
         "optimizer_steps": steps,
         "test_accuracy": evaluate(model, data.test_loader, device, amp)["accuracy"],
-        "val_accuracy": val_accuracy,
-        "train_seconds": round(sum(history["time"]) - loader.seconds, 2),
+        "val_accuracy": curve["val_acc"][-1],  # the final model's: the last point is the end
+        "train_seconds": round(sum(history["time"]), 2),
         "final_train_loss": round(history["train_loss"][-1], 4),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "history": loader.curve(val_accuracy),
-        "history_seconds": round(loader.seconds, 2),
+        "history": {
+            "step": curve["step"],
+            "train_loss": [round(value, 4) for value in curve["train_loss"]],
+            "val_accuracy": curve["val_acc"],
+        },
+        "history_seconds": round(sum(curve["eval_seconds"]), 2),
     }
     result["eval_seconds"] = round(time.perf_counter() - tic, 2)
     if probe is not None:
