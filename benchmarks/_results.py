@@ -1,31 +1,28 @@
-"""What every benchmark result file shares: provenance, per-seed summaries, writing.
+"""What every benchmark script shares: its common options, and where it writes.
 
 A run that takes more than about a minute of CPU lives in a script of ``benchmarks/`` that
 writes a JSON result file into ``benchmarks/results/``; the book loads and plots that file.
-Each file carries a ``provenance`` block saying how, where and from which commit it was
-made, so that a reader can rerun it and a reviewer can tell a stale file from a fresh one.
+Each file carries a ``provenance`` block saying how, where and from which commit it was made
+(:func:`vit_tutorial.experiments.runner.provenance`, re-exported here with ``write_json``),
+so that a reader can rerun it and a reviewer can tell a stale file from a fresh one.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
-import os
-import platform
-import shlex
 import statistics
-import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
-import numpy
-import sklearn
 import torch
 
-import vit_tutorial
-from vit_tutorial.files import write_atomically
+from vit_tutorial.experiments.runner import accuracy_summary, provenance, write_json
+
+__all__ = ["RESULTS", "arguments", "fit_device_options", "provenance", "recipe_record", "setup"]
+__all__ += ["study_arguments", "study_log", "summarize_and_print", "training_arguments"]
+__all__ += ["write_json"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -71,6 +68,28 @@ def training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="train through torch.compile")
 
 
+def study_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--jobs``, ``--log``, ``--summarize-only`` and ``--runs-machine``: the options of a
+    study that :func:`vit_tutorial.experiments.runner.run_study` runs, resumably."""
+    parser.add_argument("--jobs", type=int, default=1, help="parallel processes, one thread each")
+    parser.add_argument(
+        "--log", type=Path, default=None, help="the runs' JSON lines (default: --out's, .jsonl)"
+    )
+    parser.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="run nothing: summarise the runs already in --log (made elsewhere, say on a "
+        "GPU machine; --runs-machine then says where and how)",
+    )
+    parser.add_argument("--runs-machine", type=json.loads, default=None, help="a JSON object")
+
+
+def study_log(args: argparse.Namespace, out: Path | None) -> Path:
+    """``--log``, else the result file with ``.jsonl``, else (a quick run that writes nothing)
+    a file in a new temporary folder."""
+    return args.log or (out.with_suffix(".jsonl") if out else Path(tempfile.mkdtemp()) / "log")
+
+
 def fit_device_options(args: argparse.Namespace) -> dict:
     """``device``, ``amp`` and ``compile`` for :func:`~vit_tutorial.engine.fit`."""
     amp = None if args.amp == "none" else args.amp
@@ -94,90 +113,11 @@ def setup(args: argparse.Namespace, default_out: Path) -> Path | None:
     return None if args.quick else default_out
 
 
-def _git(*command: str) -> str | None:
-    try:
-        run = subprocess.run(
-            ["git", *command], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return run.stdout.strip()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def provenance(seeds: list[int]) -> dict:
-    """How the result was made: command, commit, versions, machine, seeds, date.
-
-    ``git_dirty`` is true when the code that ran (the package, the benchmark scripts)
-    differed from the commit, so that the commit alone does not describe it; result files
-    and the book are not code.
-    """
-    status = _git(
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
-        "--",
-        "vit_tutorial",
-        "benchmarks",
-        ":(exclude)benchmarks/results",
-    )
-    return {
-        "command": shlex.join(["python", *sys.argv]),
-        # a copy without .git (a GPU machine's) names its commit in $GIT_COMMIT
-        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("GIT_COMMIT"),
-        "git_dirty": None if status is None else bool(status),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "seeds": list(seeds),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "numpy": numpy.__version__,
-            "sklearn": sklearn.__version__,
-            "vit_tutorial": getattr(vit_tutorial, "__version__", None),
-        },
-        "machine": {
-            "platform": platform.platform(),
-            "cpu": _cpu_model(),
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1min_at_start": round(os.getloadavg()[0], 2),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        },
-    }
-
-
-def summarize(runs: list[dict]) -> dict:
-    """Mean and per-seed spread of runs that each hold ``accuracy`` and ``wrong``.
-
-    ``std`` is the sample standard deviation over seeds (0 for one seed); ``min`` and
-    ``max`` bound the per-seed values.
-    """
-    accuracies = [r["accuracy"] for r in runs]
-    wrong = [r["wrong"] for r in runs]
-    return {
-        "mean_accuracy": statistics.mean(accuracies),
-        "std_accuracy": statistics.stdev(accuracies) if len(runs) > 1 else 0.0,
-        "min_accuracy": min(accuracies),
-        "max_accuracy": max(accuracies),
-        "mean_wrong": statistics.mean(wrong),
-        "min_wrong": min(wrong),
-        "max_wrong": max(wrong),
-    }
-
-
 def summarize_and_print(runs: list[dict]) -> tuple[dict, list[float]]:
-    """:func:`summarize` the runs, print the mean accuracy with its per-seed spread and the
-    training time per run; return the summary and each run's training seconds."""
-    summary = summarize(runs)
+    """:func:`~vit_tutorial.experiments.runner.accuracy_summary` of the runs; print the mean
+    accuracy with its per-seed spread and the training time per run; return the summary and
+    each run's training seconds."""
+    summary = accuracy_summary(runs)
     times = [r["train_seconds"] for r in runs]
     print(
         f"mean test accuracy {100 * summary['mean_accuracy']:.2f}% over {len(runs)} seeds "
@@ -186,8 +126,3 @@ def summarize_and_print(runs: list[dict]) -> tuple[dict, list[float]]:
     )
     print(f"training time per run: mean {statistics.mean(times):.1f} s, max {max(times):.1f} s")
     return summary, times
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` as JSON, atomically (``vit_tutorial.files``)."""
-    write_atomically(path, json.dumps(data, indent=1) + "\n")

@@ -6,7 +6,7 @@ peak memory than one explicit full-attention layer; the ratios against the fused
 ``F.scaled_dot_product_attention`` are reported too. The script exits with status 1
 when the target is missed.
 
-How it measures:
+What runs is :mod:`vit_tutorial.experiments.ch07`. How it measures:
 
 * **time**: :func:`vit_tutorial.measure.median_seconds`, the median of ``--repeats`` runs
   after a warm-up run, under :func:`torch.inference_mode` with ``--threads`` threads
@@ -29,60 +29,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 import torch
-from torch import nn
 
-from vit_tutorial.attention import MultiHeadSelfAttention
-from vit_tutorial.axial import AxialAttention, attention_flops
-from vit_tutorial.measure import median_seconds, peak_memory
-
-METHODS = ("full explicit", "full fused SDPA", "axial")
-#: The smallest grid side the slopes fit: below it, fixed costs bend the log-log lines.
-SMALLEST = 16
-
-
-def layers(dim: int, num_heads: int) -> dict[str, nn.Module]:
-    """The three layers compared, in eval mode; axial uses the package default (fused) path."""
-    explicit = MultiHeadSelfAttention(dim, num_heads).eval()
-    explicit.fused = False  # softmax(Q Kᵀ / √d) V, the N × N matrix in memory
-    fused = MultiHeadSelfAttention(dim, num_heads).eval()
-    axial = nn.Sequential(
-        AxialAttention(dim, num_heads, "height"), AxialAttention(dim, num_heads, "width")
-    ).eval()
-    return dict(zip(METHODS, (explicit, fused, axial), strict=True))
-
-
-def measure(grids: list[int], dim: int, num_heads: int, repeats: int) -> dict[str, dict]:
-    """``{method: {'seconds': [...], 'bytes': [...]}}``, one entry per grid."""
-    torch.manual_seed(0)
-    modules = layers(dim, num_heads)
-    results = {m: {"seconds": [], "bytes": []} for m in METHODS}
-    with torch.inference_mode():
-        for g in grids:
-            grid = torch.randn(1, g, g, dim)  # (B, Gh, Gw, D)
-            inputs = {
-                "full explicit": grid.reshape(1, g * g, dim),  # (B, N, D)
-                "full fused SDPA": grid.reshape(1, g * g, dim),
-                "axial": grid,
-            }
-            for m in METHODS:
-                run = lambda m=m: modules[m](inputs[m])  # noqa: E731
-                results[m]["seconds"].append(median_seconds(run, repeats=repeats))
-                results[m]["bytes"].append(peak_memory(run))
-    return results
-
-
-def slope(grids: list[int], values: list[float], smallest: int = SMALLEST) -> float:
-    """Least-squares slope of log(values) against log(N = G²) over grids ``>= smallest``;
-    ValueError with fewer than two such grids (no line to fit)."""
-    keep = [i for i, g in enumerate(grids) if g >= smallest]
-    if len({grids[i] for i in keep}) < 2:
-        raise ValueError(
-            f"a slope needs two or more grids of {smallest}×{smallest} or above, got {grids}"
-        )
-    n = np.log([grids[i] ** 2 for i in keep])
-    return float(np.polyfit(n, np.log([values[i] for i in keep]), 1)[0])
+from vit_tutorial.axial import attention_flops
+from vit_tutorial.experiments.ch07 import METHODS, SMALLEST, measure, plot, slope
 
 
 def main() -> int:
@@ -149,28 +99,7 @@ def main() -> int:
     )
 
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        n = [g * g for g in grids]
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, key, label in (
-            (axes[0], "seconds", "time (s)"),
-            (axes[1], "bytes", "peak memory (bytes)"),
-        ):
-            for m in METHODS:
-                ax.loglog(
-                    n,
-                    results[m][key],
-                    "o-",
-                    label=f"{m} (slope {slope(grids, results[m][key]):.2f})",
-                )
-            ax.set(xlabel="tokens N", ylabel=label)
-            ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=90)
+        plot(grids, results, args.plot)
         print(f"plot saved to {args.plot}")
     return 0 if ok else 1
 

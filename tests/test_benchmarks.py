@@ -385,11 +385,8 @@ def test_speed_quick(tmp_path):
 
 def test_speed_refuses_models_that_differ():
     """The timing is refused when a library's logits differ from ours (not the same work)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import speed
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from vit_tutorial.experiments import speed
+
     models = speed.vit_trio("b16", quick=True)
     with torch.no_grad():
         models["timm"].head.bias.add_(1.0)
@@ -448,11 +445,8 @@ def test_axial_benchmark_refuses_grids_it_cannot_fit_a_slope_to():
     refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--grids needs two or more grids of 16×16" in refused.stderr
     assert refused.stdout == ""  # refused before measuring anything
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from axial_attention import slope
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from vit_tutorial.experiments.ch07 import slope
+
     assert slope([8, 16, 32], [1.0, 4.0, 16.0]) == pytest.approx(1.0)  # time ∝ N
     with pytest.raises(ValueError, match=r"two or more grids .* got \[8, 16, 16\]"):
         slope([8, 16, 16], [1.0, 2.0, 2.0])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,11 +41,14 @@ from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "BASE",
+    "AblationRun",
     "BATCH_SIZE",
     "RECIPE_MODELS",
     "SCHEDULE",
     "VARIANTS",
     "ablation",
+    "ablation_runs",
+    "ablation_work",
     "load_recipe_model",
     "neighbour_contrast",
     "permuted_token_logits",
@@ -52,6 +56,7 @@ __all__ = [
     "settings",
     "train_once",
     "train_recipe_model",
+    "variant_row",
 ]
 
 #: The ViT every variant changes one field of.
@@ -98,25 +103,83 @@ def train_once(config: dict, seed: int, epochs: int) -> dict:
     return dict(seed=seed, accuracy=1 - wrong / len(labels), wrong=wrong, train_seconds=seconds)
 
 
-def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dict]:
-    """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, one row at a time:
-    ``id``, ``group``, ``name``, ``change``, ``config``, ``runs`` (:func:`train_once` per seed);
-    a configuration in several groups (the base is in all four) is trained once per seed."""
+@dataclasses.dataclass(frozen=True)
+class AblationRun:
+    """One run of the ablation: the ViT of :data:`BASE` with the fields ``change`` (sorted
+    ``(field, value)`` pairs), trained with ``seed`` for ``epochs``. Variants of the same ViT
+    (the base is in all four groups) are one run.
+
+    Example:
+        >>> AblationRun.of("stem-conv-1", seed=0, epochs=15).key
+        'patch_size=1,stem=conv-s0-e15'
+    """
+
+    change: tuple[tuple[str, Any], ...]
+    seed: int
+    epochs: int
+
+    @classmethod
+    def of(cls, variant: str, seed: int, epochs: int) -> AblationRun:
+        """The run of ``variant`` (an id of :data:`VARIANTS`)."""
+        config = {**BASE, **VARIANTS[variant][2]}
+        return cls(tuple(sorted((k, v) for k, v in config.items() if BASE[k] != v)), seed, epochs)
+
+    @property
+    def key(self) -> str:
+        """A name unique to the run, e.g. ``patch_size=4-s0-e15`` (``base-s0-e15``)."""
+        change = ",".join(f"{k}={v}" for k, v in self.change) or "base"
+        return f"{change}-s{self.seed}-e{self.epochs}"
+
+    @property
+    def config(self) -> dict:
+        """The ViT's fields."""
+        return {**BASE, **dict(self.change)}
+
+
+def ablation_runs(variants: list[str], seeds: list[int], epochs: int) -> list[AblationRun]:
+    """The runs of ``variants`` (ids of :data:`VARIANTS`) with every seed, each configuration
+    once per seed; every variant, seed and the epochs checked before anything trains."""
+    seeds = _checked(variants, seeds, epochs)
+    runs = (AblationRun.of(v, seed, epochs) for v in variants for seed in seeds)
+    return list({run.key: run for run in runs}.values())
+
+
+def _checked(variants: list[str], seeds: Iterable[int], epochs: int) -> list[int]:
+    """The seeds as ints, once every variant, seed and the epochs are checked."""
     if isinstance(variants, str) or not isinstance(seeds, Iterable):
         raise TypeError(f"variants and seeds must be lists, got {variants!r} and {seeds!r}")
-    seeds, _ = [check_seed(seed) for seed in seeds], settings(epochs)  # before training
+    seeds, _ = [check_seed(seed) for seed in seeds], settings(epochs)
     if unknown := sorted(set(variants) - set(VARIANTS)):
         raise ValueError(f"unknown variants {unknown}; expected ids of VARIANTS: {list(VARIANTS)}")
-    done: dict[tuple, dict] = {}
-    for key in variants:
-        group, name, change = VARIANTS[key]
-        config = {**BASE, **change}
-        same = tuple(sorted(config.items()))
-        for seed in seeds:
-            if (same, seed) not in done:
-                done[same, seed] = train_once(config, seed, epochs)
-        runs = [done[same, seed] for seed in seeds]
-        yield dict(id=key, group=group, name=name, change=change, config=config, runs=runs)
+    return seeds
+
+
+def ablation_work(run: AblationRun) -> dict:
+    """:func:`train_once` of ``run``: what :func:`~vit_tutorial.experiments.runner.run_study`
+    calls in its worker processes (``benchmarks/digits_ablation.py``)."""
+    return train_once(run.config, run.seed, run.epochs)
+
+
+def variant_row(variant: str, runs: list[dict]) -> dict:
+    """The result file's row of ``variant``: ``id``, ``group``, ``name``, ``change``, ``config``
+    and its ``runs`` (one per seed)."""
+    group, name, change = VARIANTS[variant]
+    return dict(
+        id=variant, group=group, name=name, change=change, config={**BASE, **change}, runs=runs
+    )
+
+
+def ablation(variants: list[str], seeds: list[int], epochs: int) -> Iterator[dict]:
+    """Each of ``variants`` (ids of :data:`VARIANTS`) trained with every seed, here, one row at
+    a time (:func:`variant_row`, :func:`train_once` per seed); a configuration in several groups
+    (the base is in all four) is trained once per seed."""
+    seeds, done = _checked(variants, seeds, epochs), {}  # everything checked before training
+    for variant in variants:
+        runs = [AblationRun.of(variant, seed, epochs) for seed in seeds]
+        for run in runs:
+            if run.key not in done:
+                done[run.key] = train_once(run.config, run.seed, run.epochs)
+        yield variant_row(variant, [done[run.key] for run in runs])
 
 
 def position_similarity(table: Tensor, num_prefix_tokens: int = 0) -> Tensor:

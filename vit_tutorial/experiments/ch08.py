@@ -39,7 +39,6 @@ from typing import Any
 import torch
 from torch import nn
 
-import vit_tutorial.experiments._study08 as study  # noqa: F401 (the study: specs, runs, summary)
 from vit_tutorial.checkpoint import load_checkpoint, save_checkpoint
 from vit_tutorial.data import fashion_mnist_datasets
 from vit_tutorial.engine import Device, FitSettings, evaluate, fit, resolve_device

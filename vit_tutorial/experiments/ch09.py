@@ -13,6 +13,10 @@ whole (:func:`vit_tutorial.finetune.finetune` with :func:`finetune_settings`, fo
 :func:`budget`) or as a linear probe on frozen features (:func:`linear_probe`), whose
 regularisation the fixed 5,000 validation images choose; the test set is scored once per run.
 
+The runs of ``benchmarks/pretraining.py`` and ``benchmarks/pretraining_seeds.py``, their
+encoders (:func:`build_encoder`) and summaries are in
+:mod:`~vit_tutorial.experiments.ch09_study`.
+
 Example:
     >>> [COARSE_NAMES[g] for g in COARSE_GROUPS]  # Fashion-MNIST's classes 0..9
     ['top', 'trouser', 'top', 'dress', 'top', 'footwear', 'top', 'footwear', 'bag', 'footwear']
@@ -44,10 +48,12 @@ __all__ = [
     "COARSE_NAMES",
     "DECODER",
     "ENCODER",
+    "ENCODERS",
     "STARTS",
     "TABLES",
     "at_resolution",
     "budget",
+    "build_encoder",
     "digits_like_fashion_mnist",
     "features",
     "finetune_settings",
@@ -68,10 +74,24 @@ DECODER = dict(decoder_dim=64, decoder_depth=1, decoder_heads=4)
 COARSE_GROUPS = (0, 1, 0, 2, 0, 3, 0, 3, 4, 3)
 COARSE_NAMES = ("top", "trouser", "dress", "footwear", "bag")
 STARTS = ("scratch", "mae", "supervised")
+#: The pre-trained encoders (:func:`build_encoder`), each a start.
+ENCODERS = ("mae", "supervised")
 #: Optimiser steps (batches of 64) for a pre-trained start and for the ViT from scratch, which
 #: gets over 3 times more: with 480 its accuracy still varied with the seed by several points in
 #: a first run (not kept), so equal steps would flatter pre-training.
 FINETUNE_STEPS, SCRATCH_STEPS = 480, 1600
+
+
+def build_encoder(name: str) -> MaskedAutoencoder | VisionTransformer:
+    """A fresh encoder ``name`` of :data:`ENCODERS`, as its pre-training builds it (the weights
+    a pre-training saves load into it): ``'mae'``, the
+    :class:`~vit_tutorial.mae.MaskedAutoencoder` of :data:`ENCODER` and :data:`DECODER`;
+    ``'supervised'``, the ViT of :data:`ENCODER` with a head for the coarse groups."""
+    if name == "mae":
+        return MaskedAutoencoder(**ENCODER, **DECODER)
+    if name == "supervised":
+        return VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
+    raise ValueError(f"unknown encoder {name!r}; expected one of {ENCODERS}")
 
 
 def budget(start: str, train_size: int, batch_size: int = 64) -> int:
@@ -110,7 +130,7 @@ def pretrain_mae(
         data_root, train_size=images, val_size=0, seed=seed, batch_size=batch_size
     )
     torch.manual_seed(seed)
-    model = MaskedAutoencoder(**ENCODER, **DECODER)
+    model = build_encoder("mae")
     history = fit(
         model, data.train_loader, None, settings, loss=mae_loss, device=device, progress=progress
     )
@@ -137,7 +157,7 @@ def pretrain_supervised(
     )
     data.train.labels = torch.tensor(COARSE_GROUPS)[data.train.labels]  # the coarse groups
     torch.manual_seed(seed)
-    model = VisionTransformer(**ENCODER, pool="mean", num_classes=len(COARSE_NAMES))
+    model = build_encoder("supervised")
     history = fit(model, data.train_loader, None, settings, device=device, progress=progress)
     return model.cpu().eval(), history
 

@@ -5,8 +5,8 @@ pooling) at the short study's budget, each rung adding one change to the rung ab
 of the changes ViT-5 keeps (arXiv 2602.08071): :data:`RUNGS`. Then the 2×2 of its claim about
 SwiGLU and LayerScale on the last rung (:data:`SWIGLU_ROWS`): SwiGLU for the MLP, with and
 without LayerScale, and the MLP without LayerScale; SwiGLU's hidden width is 2/3 of the MLP's,
-so the parameters match. Every run is ``ch08.run``: the same data, seeds, steps, optimiser and learning
-curve as chapter 8's runs, the baseline's model drawn exactly as its ``'vit'``.
+so the parameters match. Every run is ``ch08.run``: the same data, seeds, steps, optimiser and
+learning curve as chapter 8's runs, the baseline's model drawn exactly as its ``'vit'``.
 
 **The controls** (:data:`CONTROLS`), each one change to the baseline alone: QK-norm, run at
 learning rates up to 50 times chapter 8's (:data:`QK_RATES`: where logit growth should show), and
@@ -15,6 +15,10 @@ patch dropout (half the patches, in training; its speed-up and its cost).
 **The probe** (:func:`probe`): after training, on the first :data:`PROBE_IMAGES` validation
 images, the largest attention logit ``q·k/√d`` of each block (what QK-norm bounds), and the
 norms of the tokens leaving the last block (the high-norm outliers registers absorb).
+
+**The study** (``benchmarks/modern_ladder.py``): the runs of each of :data:`PARTS`
+(:func:`specs`), run with :func:`~vit_tutorial.experiments.runner.run_study`
+(:func:`run_all`) and summarised per row, size and learning rate (:func:`summarize`).
 
 Example:
     >>> LadderSpec("+qk-norm", train_size=1000, seed=0).key
@@ -26,6 +30,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,11 +41,13 @@ from torch import Tensor, nn
 
 from vit_tutorial.engine import FitSettings
 from vit_tutorial.experiments import ch08
+from vit_tutorial.experiments.runner import run_study
 from vit_tutorial.validate import check_int, check_real
 from vit_tutorial.vit import VisionTransformer
 
 __all__ = [
     "CONTROLS",
+    "PARTS",
     "PROBE_IMAGES",
     "QK_RATES",
     "ROWS",
@@ -49,6 +59,9 @@ __all__ = [
     "probe",
     "row_config",
     "run",
+    "run_all",
+    "specs",
+    "summarize",
 ]
 
 #: The short study's budget (chapter 8): 430 steps of 128 images, one epoch of the full training
@@ -82,6 +95,9 @@ ROWS = (*RUNGS, *SWIGLU_ROWS, *CONTROLS)
 QK_RATES = (2e-3, 1e-2, 3e-2, 1e-1)
 #: Validation images the probe looks at.
 PROBE_IMAGES = 512
+#: The study's parts: the ladder's rows; QK-norm alone and the baseline at :data:`QK_RATES`,
+#: on the largest size; patch dropout and the baseline at every size.
+PARTS = ("ladder", "qk-norm", "patch-drop")
 
 
 def row_config(row: str) -> dict[str, Any]:
@@ -201,3 +217,86 @@ def probe(model: VisionTransformer, data: Any, images: int = PROBE_IMAGES) -> di
         },
         "probe_images": len(x),
     }
+
+
+def specs(
+    part: str,
+    rows: Iterable[str],
+    sizes: Iterable[int],
+    seeds: Iterable[int],
+    steps: int = SHORT_STEPS,
+    rates: Iterable[float] = QK_RATES,
+) -> list[LadderSpec]:
+    """The runs of ``part`` of :data:`PARTS`: the ladder's ``rows`` at ``sizes``, or a control
+    (``rows`` unused); every one with each of ``seeds``. At chapter 8's rate the QK-norm part's
+    baseline is the ladder's own run (no rate in its key).
+
+    Example:
+        >>> [s.key for s in specs("qk-norm", [], [300], [0], 20, rates=[2e-3, 0.1])][2:]
+        ['baseline-n300-s0-t20-lr0.1', 'qk-norm-alone-n300-s0-t20-lr0.1']
+    """
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; expected one of {PARTS}")
+    sizes, seeds = list(sizes), list(seeds)
+    if part == "ladder":
+        grid = [(row, size, None) for size in sizes for row in rows]
+    elif part == "qk-norm":
+        default, pair = ch08.FIT.lr, ("baseline", "qk-norm-alone")
+        grid = [(r, max(sizes), None if lr == default else lr) for lr in rates for r in pair]
+    else:
+        grid = [(row, size, None) for size in sizes for row in ("baseline", "patch-drop")]
+    return [LadderSpec(r, n, s, steps, lr) for r, n, lr in grid for s in seeds]
+
+
+def _report(row: dict) -> str:
+    return (
+        f"test {100 * row['test_accuracy']:.2f}%, final loss {row['final_train_loss']:.3f} "
+        f"({row['train_seconds']:.0f} s)"
+    )
+
+
+def run_all(
+    runs: Iterable[LadderSpec], log: str | Path, *, processes: int = 1, **options: Any
+) -> dict[str, dict]:
+    """:func:`run` each of ``runs`` that ``log`` lacks, with ``options`` (``device``,
+    ``history_points``...), ``processes`` at a time
+    (:func:`~vit_tutorial.experiments.runner.run_study`); every run of ``log`` by key."""
+    work = functools.partial(run, **options)
+    return run_study(runs, work, log, processes=processes, report=_report)
+
+
+def summarize(rows: Iterable[dict]) -> list[dict]:
+    """Per row, training-set size and learning rate (learning rate first, then size, then
+    the rows' order): the per-seed test and validation accuracy and final training loss (seed
+    order) and their medians, the largest attention logit and the patch tokens' largest norm
+    over their median, per seed."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["row"], row["train_size"], row.get("lr", ch08.FIT.lr))
+        groups.setdefault(key, []).append(row)
+    order = {name: i for i, name in enumerate(ROWS)}
+    summary = []
+    for (name, size, lr), group in sorted(
+        groups.items(), key=lambda g: (g[0][2], g[0][1], order[g[0][0]])
+    ):
+        group.sort(key=lambda r: r["seed"])
+        per_seed = {
+            key: [r[key] for r in group]
+            for key in ("test_accuracy", "val_accuracy", "final_train_loss")
+        }
+        norms = [r["token_norms"]["patches"] for r in group]
+        summary.append(
+            {
+                "row": name,
+                "train_size": size,
+                "lr": lr,
+                "seeds": [r["seed"] for r in group],
+                **per_seed,
+                **{f"median_{k}": statistics.median(v) for k, v in per_seed.items()},
+                "max_attention_logit": [max(r["max_attention_logit"]) for r in group],
+                "patch_norm_max_over_median": [round(n[2] / n[0], 3) for n in norms],
+                "parameters": group[0]["parameters"],
+                "options": group[0]["options"],
+            }
+        )
+    return summary
