@@ -29,7 +29,7 @@ from vit_tutorial.exercises import (
     check_param_groups,
     check_smoothed_cross_entropy,
 )
-from vit_tutorial.exercises.training import _lr_at
+from vit_tutorial.exercises.ch06 import _lr_at
 from vit_tutorial.losses import HardDistillation
 
 from checker_messages import wrapped
@@ -239,7 +239,7 @@ def test_eval_every_needs_a_val_loader():
 
 
 def test_a_resumed_run_continues_its_curve(tmp_path):
-    args = {**ARGS, "epochs": 3, "eval_every": 3}
+    args = {**ARGS, "epochs": 3, "eval_every": 4}  # 6 steps an epoch: a point spans two
     torch.manual_seed(3)
     straight = fit(tiny_vit(dropout=0.1), *loaders(), **args)["curve"]
     torch.manual_seed(3)
@@ -248,9 +248,11 @@ def test_a_resumed_run_continues_its_curve(tmp_path):
         fit(model, Crash(loaders()[0], after=6 + 2), loaders()[1], **args, checkpoint_path=path)
     torch.manual_seed(999)
     resumed = fit(tiny_vit(dropout=0.1), *loaders(), **args, checkpoint_path=path)["curve"]
-    assert resumed["step"] == straight["step"] == [3, 6, 9, 12, 15, 18]
-    for key in ("train_loss", "val_loss", "val_acc"):
-        assert resumed[key] == straight[key], key
+    assert resumed["step"] == straight["step"] == [4, 8, 12, 16, 18]
+    for key in ("train_loss", "val_loss", "val_acc"):  # step 8's loss: steps 5 and 6 kept
+        assert resumed[key] == pytest.approx(straight[key], rel=1e-6), key
+    with pytest.raises(ValueError, match="trained with eval_every=4, not eval_every=5"):
+        fit(tiny_vit(dropout=0.1), *loaders(), **{**args, "eval_every": 5}, checkpoint_path=path)
 
 
 def test_fit_uses_no_decay_groups_and_clips(monkeypatch):

@@ -6,6 +6,7 @@ functions of this file, which a spawned process imports by name."""
 import dataclasses
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ class Job:
     name: str
     waits_on: tuple = ()
     fail: bool = False
+    seconds: float = 0.0
+    die: bool = False
 
     @property
     def key(self) -> str:
@@ -28,6 +31,9 @@ class Job:
 
 
 def work(job: Job) -> dict:
+    time.sleep(job.seconds)
+    if job.die:
+        os._exit(1)  # the worker process dies (killed for memory, say)
     if job.fail:
         raise ValueError(f"{job.name} failed on purpose")
     return {"name": job.name, "threads": torch.get_num_threads(), "pid": os.getpid()}
@@ -112,6 +118,24 @@ def test_read_log_reads_every_schema_by_key_the_last_line_winning(tmp_path):
     assert read_log(log) == {"vit-n300": again, "pretrain-mae-s0": seeds, "baseline-n300": ladder}
 
 
+def test_read_log_skips_an_unfinished_last_line_and_names_a_bad_one(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"key": "a", "v": 1}\n{"key": "b", "v"')  # killed while writing b
+    with pytest.warns(UserWarning, match="log.jsonl:2: an unfinished last line"):
+        assert read_log(log) == {"a": {"key": "a", "v": 1}}
+    log.write_text('{"key": "a"}\n{"key": \n{"key": "c"}\n')
+    with pytest.raises(ValueError, match="log.jsonl:2 is not a line of JSON"):
+        read_log(log)
+    log.write_text('{"key": "a"}\n{"name": "b"}\n')
+    with pytest.raises(ValueError, match="log.jsonl:2 is not a run's row"):
+        read_log(log)
+
+
+def test_plan_refuses_two_different_runs_of_one_key():
+    with pytest.raises(ValueError, match="two different runs have the key 'job-a'"):
+        plan([Job("a"), Job("a", fail=True)], {})
+
+
 # --- run_study: spawned workers, one thread each --------------------------------------------
 
 
@@ -151,6 +175,22 @@ def test_a_failing_worker_stops_the_study_and_its_error_surfaces(tmp_path):
     assert [row["key"] for row in lines(log)] == ["job-a"]  # what finished before it is kept
     rows = run_study([Job("a"), Job("b"), Job("c")], work, log)  # fixed, it resumes
     assert [row["key"] for row in lines(log)] == ["job-a", "job-b", "job-c"] == sorted(rows)
+
+
+def test_a_failure_lets_the_runs_in_flight_finish_and_logs_them(tmp_path):
+    log = tmp_path / "log.jsonl"
+    jobs = [Job("slow", seconds=1.0), Job("b", fail=True), Job("c")]
+    with pytest.raises(ValueError, match="b failed on purpose"):
+        run_study(jobs, work, log, processes=2)
+    # the slow run, in flight when b failed, finished and was logged; c never started
+    assert [row["key"] for row in lines(log)] == ["job-slow"]
+
+
+def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path):
+    from concurrent.futures.process import BrokenProcessPool
+
+    with pytest.raises(BrokenProcessPool):
+        run_study([Job("a", die=True)], work, tmp_path / "log.jsonl")
 
 
 def test_run_study_refuses_a_row_of_another_run_and_bad_processes(tmp_path):

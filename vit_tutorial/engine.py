@@ -33,14 +33,7 @@ from vit_tutorial.validate import check_bool, check_int, check_real
 
 #: ``Device``, ``resolve_device``, ``param_groups`` and ``warmup_cosine`` are imported here
 #: too, from :mod:`vit_tutorial.devices` and :mod:`vit_tutorial.optim`, which document them.
-__all__ = [
-    "FitSettings",
-    "TrainResult",
-    "predict",
-    "evaluate",
-    "train_one_epoch",
-    "fit",
-]
+__all__ = ["FitSettings", "TrainResult", "predict", "evaluate", "train_one_epoch", "fit"]
 
 
 #: A loss for :func:`fit`: ``loss(outputs, images, targets) -> (loss, logits or None)``;
@@ -218,20 +211,23 @@ def train_one_epoch(
 class _Curve:
     """:func:`fit`'s learning curve: after every ``every``-th optimiser step and the last
     (``total``), the mean training loss of the steps since the previous point and the scores
-    on ``val_loader``, appended to ``points`` (the history's ``curve``). Scoring runs on a copy
-    of the random state (a loader draws its seed from it), so the run trains the same weights
-    as without it; its seconds are kept apart from the training's."""
+    on ``val_loader``, appended to the history's ``curve``, resumed from ``step`` with the
+    ``pending`` sums a checkpoint kept. Scoring runs on a copy of the random state (a loader
+    draws its seed from it), so the run trains the same weights as without it; its seconds are
+    kept apart from the training's."""
 
-    def __init__(self, evaluate_args: tuple, every: int, total: int, step: int, points: dict):
-        self.evaluate_args, self.every, self.total, self.points = (
-            evaluate_args,
-            every,
-            total,
-            points,
-        )
+    def __init__(self, evaluate_args: tuple, every: int, total: int, step: int, history: dict,
+                 pending: list[float]) -> None:  # fmt: skip
+        self.evaluate_args, self.every, self.total = evaluate_args, every, total
+        self.points = history.setdefault("curve", {key: [] for key in CURVE_KEYS})
         self.step, self.scored_at, self.scores = step, -1, {}
         self.seconds = 0.0  # scoring seconds since the counter was last read
-        self.sums: Any = 0.0  # loss · B, B since the last point (tensors, no sync per step)
+        # loss · B, B since the last point (a tensor on the device: no sync per step)
+        self.sums = torch.tensor(pending, device=evaluate_args[2])
+
+    def pending(self) -> list[float]:
+        """The sums since the last point, ``[loss · B, B]``, that a checkpoint keeps."""
+        return self.sums.tolist()
 
     def __call__(self, weighted: Tensor, n: Tensor) -> None:
         self.step += 1
@@ -244,7 +240,7 @@ class _Curve:
         with torch.random.fork_rng(devices=[]):
             self.scores = evaluate(*self.evaluate_args)
         train_loss = (self.sums[0] / self.sums[1]).item()
-        self.sums, self.scored_at = 0.0, self.step
+        self.sums, self.scored_at = torch.zeros_like(self.sums), self.step
         self.seconds += time.perf_counter() - tic
         row = (self.step, train_loss, self.scores["loss"], self.scores["accuracy"])
         for key, value in zip(CURVE_KEYS, (*row, time.perf_counter() - tic)):
@@ -290,7 +286,8 @@ def fit(
         eval_every: score ``val_loader`` after every ``eval_every``-th step and the last,
             not after each epoch (nanoGPT's ``eval_interval``): the history's ``curve``, a list
             per :data:`CURVE_KEYS`; an epoch's row has a point's scores at its end, else NaN.
-            The same seed trains the same weights as without it.
+            The same seed trains the same weights as with ``val_loader=None`` (an epoch's
+            scoring draws a loader seed from the random state; a point's does not).
 
     Raises:
         ValueError: an empty loader, a checkpoint path that is a folder or in a file, a checkpoint
@@ -319,9 +316,9 @@ def fit(
     scheduler = warmup_cosine(optimizer, warmup, total)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     state = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
-    fitted = {**dataclasses.asdict(settings), "steps": steps}  # what a resume must match
+    fitted = {**dataclasses.asdict(settings), "steps": steps, "eval_every": eval_every}
     extra = plain({**(extra or {}), "settings": fitted}, "extra")  # refused now, not at the save
-    start, history = 0, {key: [] for key in HISTORY_KEYS}
+    start, history, pending = 0, {key: [] for key in HISTORY_KEYS}, [0.0, 0.0]
     if checkpoint_path is not None and Path(checkpoint_path).exists():  # resume
         saved = load_checkpoint(checkpoint_path, model, **state)
         before, wanted = saved["extra"].get("settings", {}), extra["settings"]
@@ -331,10 +328,9 @@ def fit(
                 f"cannot resume {checkpoint_path}: it was trained with {was}, not {now}"
             )
         start, history = saved["epoch"], saved["history"]
-    curve = None
-    if eval_every is not None:
-        points = history.setdefault("curve", {key: [] for key in CURVE_KEYS})
-        curve = _Curve((model, val_loader, device, amp), eval_every, total, start * steps, points)
+        pending = saved["extra"].get("curve_pending", pending)  # since the curve's last point
+    where = ((model, val_loader, device, amp), eval_every, total, start * steps, history)
+    curve = _Curve(*where, pending) if eval_every is not None else None
     distributed = dist.is_available() and dist.is_initialized()  # under torchrun
     first = not distributed or dist.get_rank() == 0  # the process that writes and prints
     ids = [device.index] if device.type == "cuda" else None
@@ -362,8 +358,9 @@ def fit(
         for key, value in zip(HISTORY_KEYS, row):
             history[key].append(value)
         if checkpoint_path is not None and first:
+            pending = {"curve_pending": curve.pending()} if curve else {}
             save_checkpoint(checkpoint_path, model, epoch=epoch + 1, history=history,
-                            extra=extra, **state)  # fmt: skip
+                            extra=extra | pending, **state)  # fmt: skip
         done, epochs = epoch + 1, settings.epochs
         if progress and first and (done % max(1, epochs // 10) == 0 or done == epochs):
             scores = f"loss {row[1]:.4f} train_acc {row[2]:.4f} val_acc {row[4]:.4f}"

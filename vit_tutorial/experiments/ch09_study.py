@@ -237,11 +237,14 @@ def target(rows: list[dict], pretraining: dict) -> dict:
 class SeedRun:
     """One run of the seeds study: ``mode`` (``'pretrain'``, ``'probe'`` or ``'finetune'``),
     ``start``, ``seed``, the labels per class (not for a pre-training), the pre-training's
-    ``epochs`` and ``quick``.
+    ``epochs`` and ``quick``; a key names the epochs and ``quick`` only when they are not the
+    committed study's (10, full), so another setting never reads that log's rows as its own.
 
     Example:
         >>> SeedRun("finetune", "mae", 2, per_class=100).key, SeedRun("pretrain", "mae", 2).key
         ('finetune-mae-100-s2', 'pretrain-mae-s2')
+        >>> SeedRun("pretrain", "mae", 2, epochs=4, quick=True).key
+        'pretrain-mae-s2-e4-quick'
     """
 
     mode: str
@@ -254,9 +257,10 @@ class SeedRun:
     @property
     def key(self) -> str:
         """A name unique to the run (the committed log's)."""
+        tail = (f"-e{self.epochs}" if self.epochs != 10 else "") + ("-quick" if self.quick else "")
         if self.mode == "pretrain":
-            return f"pretrain-{self.start}-s{self.seed}"
-        return f"{self.mode}-{self.start}-{self.per_class}-s{self.seed}"
+            return f"pretrain-{self.start}-s{self.seed}{tail}"
+        return f"{self.mode}-{self.start}-{self.per_class}-s{self.seed}{tail}"
 
     @property
     def encoder(self) -> SeedRun | None:

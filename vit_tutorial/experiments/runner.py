@@ -42,8 +42,9 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,12 +79,29 @@ class Run(Protocol):
 
 def read_log(path: str | Path) -> dict[str, dict]:
     """Every run of the JSON-lines log at ``path`` by its ``key`` (the last line of a key wins);
-    empty when there is no log. Blank lines are skipped."""
+    empty when there is no log. Blank lines are skipped, and so is an unfinished last line (a
+    run killed while its line was written: it runs again), with a warning; ValueError naming
+    the line for any other line that is not a JSON object with a ``key``."""
     path = Path(path)
     if not path.exists():
         return {}
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {row["key"]: row for row in rows}
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                warnings.warn(f"{path}:{number}: an unfinished last line, skipped", stacklevel=2)
+                continue
+            raise ValueError(f"{path}:{number} is not a line of JSON ({error})") from None
+        if not isinstance(row, dict) or "key" not in row:
+            raise ValueError(f"{path}:{number} is not a run's row (a JSON object with a 'key')")
+        rows[row["key"]] = row
+    return rows
 
 
 def plan(
@@ -98,7 +116,12 @@ def plan(
     the order given (see the module's docstring for ``after`` and ``stands``); ``ValueError``
     for runs that wait on each other."""
     after, stands = after or _nothing, stands or _always
-    wanted = {run.key: run for run in runs}
+    wanted = {}
+    for run in runs:
+        if wanted.setdefault(run.key, run) != run:  # the same run named twice runs once
+            raise ValueError(
+                f"two different runs have the key {run.key!r}: {wanted[run.key]}, {run}"
+            )
     todo: dict[str, Run] = {}
 
     def logged(run: Run, needed: bool) -> bool:
@@ -172,39 +195,49 @@ def run_study(
     ``work(run)`` trains one run and returns its row (a dict of JSON values); it must be
     picklable (a module's function, or a :func:`functools.partial` of one). Each finished row
     gets the run's ``key`` and ``code`` (:func:`code_version`) and is appended to ``log`` as it
-    comes, then printed (``key: report(row)``). A worker's error is raised here, the rows
-    finished before it kept in the log; a run whose prerequisites can never run is a
-    ``RuntimeError``."""
+    comes, then printed (``key: report(row)``). A worker's error (or a dead worker) stops new
+    runs; those in flight finish and are logged, then the first error is raised here."""
     processes, after = check_int("processes", processes), after or _nothing
     runs, log = list(runs), Path(log)
     rows = read_log(log)
     todo = plan(runs, rows, after, stands)
-    print(f"{len(runs)} runs, {len(runs) - len(todo)} already in {log}", flush=True)
+    done = len({run.key for run in runs} - {run.key for run in todo})
+    print(f"{len(runs)} runs, {done} already in {log}", flush=True)
     if not todo:
         return rows
-    code = code_version()
-    pending = {run.key for run in todo}
+    code, pending, errors = code_version(), {run.key for run in todo}, []
     log.parent.mkdir(parents=True, exist_ok=True)
     context, workers = multiprocessing.get_context("spawn"), min(processes, len(todo))
-    with log.open("a") as out, context.Pool(workers, initializer=_one_thread) as pool:
-        in_flight: list = []
-        while todo or in_flight:
-            while len(in_flight) < processes and (run := _next(todo, pending, after)):
+    with (
+        log.open("a") as out,
+        ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool,
+    ):
+        in_flight: dict[Future, Run] = {}
+        while (todo and not errors) or in_flight:
+            while (
+                not errors and len(in_flight) < processes and (run := _next(todo, pending, after))
+            ):
                 todo.remove(run)
-                in_flight.append((run, pool.apply_async(work, (run,))))
+                in_flight[pool.submit(work, run)] = run
             if not in_flight:
                 raise RuntimeError(f"runs whose prerequisites never ran: {[r.key for r in todo]}")
-            finished = [(run, result) for run, result in in_flight if result.ready()]
-            if not finished:
-                time.sleep(0.2)
-            for run, result in finished:
-                in_flight.remove((run, result))
-                row = _row(run, result.get(), code)  # get() raises a worker's error
-                out.write(json.dumps(row) + "\n")  # one write: processes may share the log
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                run = in_flight.pop(future)
+                try:
+                    row = _row(run, future.result(), code)
+                    line = json.dumps(row)
+                except Exception as error:  # the worker's, a dead worker's, or a row's
+                    errors.append(error)
+                    print(f"{run.key}: failed ({type(error).__name__}: {error})", flush=True)
+                    continue
+                out.write(line + "\n")  # one write: processes may share the log
                 out.flush()
                 rows[run.key] = row
                 pending.discard(run.key)
                 print(f"{run.key}: {report(row)}", flush=True)
+    if errors:
+        raise errors[0]
     return rows
 
 
