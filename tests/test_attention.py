@@ -13,7 +13,7 @@ from vit_tutorial.attention import (
     scaled_dot_product_attention,
 )
 from vit_tutorial.exercises import check_attention, check_masked_attention, check_stable_softmax
-from vit_tutorial.exercises.attention import _multi_head
+from vit_tutorial.exercises.ch01 import _multi_head
 
 from checker_messages import wrapped
 

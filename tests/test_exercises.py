@@ -17,14 +17,14 @@ from vit_tutorial.attention import scaled_dot_product_attention
 from vit_tutorial.axial import AxialAttention, attention_flops, axial_mask
 from vit_tutorial.encoder import drop_path
 from vit_tutorial.engine import param_groups, predict, warmup_cosine
-from vit_tutorial.exercises.data_efficiency import _distillation_loss, _mixup
-from vit_tutorial.exercises.modern import (
+from vit_tutorial.exercises.ch08 import _distillation_loss, _mixup
+from vit_tutorial.exercises.ch09 import _decoder_tokens
+from vit_tutorial.exercises.ch11 import (
     _largest_qk_norm_logit,
     _layer_scale_count,
     _map_shapes,
     _prefix_to_grid,
 )
-from vit_tutorial.exercises.pretraining import _decoder_tokens
 from vit_tutorial.experiments.ch08 import resnet18_greyscale
 from vit_tutorial.losses import HardDistillation, masked_patch_loss
 from vit_tutorial.mae import MaskedAutoencoder, normalized_patches, random_masking
@@ -1503,7 +1503,7 @@ def test_other_errors_in_an_answer_are_still_reported_as_crashes():
 
 
 def test_grade_prediction_shows_the_measured_value_and_names_a_slip(capsys):
-    from vit_tutorial.exercises._common import grade_prediction
+    from vit_tutorial.exercises._predictions import grade_prediction
 
     grade_prediction("check_x", "x", 105, 100, what="tokens", tolerance=0.1)
     assert capsys.readouterr().out.startswith("Correct! check_x: you predicted 105 tokens")
@@ -1607,7 +1607,7 @@ def test_prediction_checkers_reject_what_is_not_one_number(value, kind):
 
 
 def test_grade_prediction_names_the_nearest_slip_and_an_exact_one():
-    from vit_tutorial.exercises._common import grade_prediction
+    from vit_tutorial.exercises._predictions import grade_prediction
 
     slips = [("the first", 100), ("the second", 110), ("the third", 130)]
     for guess, named in [(108, "the second"), (103, "the first"), (110, "the second")]:
@@ -1691,3 +1691,73 @@ def test_prediction_checkers_reject_a_wrong_prediction_and_name_the_slip(name, w
         getattr(exercises, name)(wrong)
     message = flat(str(error.value))
     assert "measured:" in message and slip in message
+
+
+# ---------------------------------------------------------------------------------------
+# The shared grader of the learner's functions: grade_tensor
+
+
+def doubled(x):
+    """The slips of a function that should return ``x + 1``."""
+    return [("you doubled x", 2 * x), ("that is x itself", lambda got: torch.equal(got, x))]
+
+
+def grade_x_plus_one(fn):
+    from vit_tutorial.exercises._common import grade_tensor
+
+    x = torch.arange(1.0, 4.0)
+    grade_tensor(
+        fn,
+        (x,),
+        x + 1,
+        "case x",
+        doubled,
+        not_tensor="return a tensor, got {got}",
+        expected="return shape (3,), got {got}",
+        otherwise="off by up to {diff}",
+    )
+    return x
+
+
+def test_grade_tensor_passes_a_right_answer_on_copies_of_the_case():
+    x = grade_x_plus_one(lambda t: t.add_(1))  # in place, on its copy
+    assert torch.equal(x, torch.arange(1.0, 4.0))
+    grade_x_plus_one(lambda t: t.double() + 1 + 1e-7)  # another dtype, within atol
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (lambda t: 2 * t, "case x: you doubled x"),
+        (lambda t: t.clone(), "case x: that is x itself"),  # a test of the answer
+        (lambda t: t + 2, "case x: off by up to 1"),  # no slip: the largest difference
+    ],
+)
+def test_grade_tensor_names_the_slip_the_answer_is(answer, message):
+    with pytest.raises(AssertionError) as error:
+        grade_x_plus_one(answer)
+    assert str(error.value) == message
+
+
+def test_grade_tensor_reports_a_crash_in_the_learners_function_as_theirs():
+    def crashes(t):
+        raise ValueError("bad axis")
+
+    with pytest.raises(AssertionError) as error:
+        grade_x_plus_one(crashes)
+    assert str(error.value) == "fn crashed on case x: ValueError: bad axis"
+    assert isinstance(error.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (lambda t: (t + 1)[None], "return shape (3,), got (1, 3)"),
+        (lambda t: t[:2] + 1, "return shape (3,), got (2,)"),
+        (lambda t: (t + 1).tolist(), "return a tensor, got list"),
+    ],
+)
+def test_grade_tensor_refuses_another_shape_or_type(answer, message):
+    with pytest.raises(AssertionError) as error:
+        grade_x_plus_one(answer)
+    assert str(error.value) == message

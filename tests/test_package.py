@@ -30,7 +30,7 @@ def test_the_walk_finds_the_modules():
         "vit_tutorial.attention",
         "vit_tutorial.train",
         "vit_tutorial.exercises",
-        "vit_tutorial.exercises.attention",
+        "vit_tutorial.exercises.ch01",
         "vit_tutorial.exercises._common",
     ):
         assert name in MODULES

@@ -11,7 +11,7 @@ from torch import nn
 from torchvision.models import vit_h_14
 
 from vit_tutorial.exercises import check_param_count, check_pooling, check_predict
-from vit_tutorial.exercises.vit import _pool
+from vit_tutorial.exercises.ch05 import _pool
 from vit_tutorial.patches import ConvStem
 from vit_tutorial.positional import sinusoidal_2d
 from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, create_vit

@@ -1,10 +1,15 @@
-"""Helpers shared by the exercise checkers.
+"""What the exercise checkers share: the decorator, and the graders.
 
 Every checker is wrapped in :func:`checker`, which gives it three properties in one place:
 it leaves no trace (the learner's random state is the same afterwards), its messages come
 out wrapped to :data:`WIDTH` columns, as a chapter prints them, and an answer that is still
 the chapter's stub (it raises :class:`NotImplementedError`) gets a one-line reminder
 instead of a traceback.
+
+A checker grades a learner's function case by case with :func:`grade_tensor` (a tensor, or
+a count or a shape, against the reference's) or :func:`grade_loss` (a loss), and a number
+the learner predicts with ``_predictions.grade_prediction``.
+Each names the usual slip the answer is, from a list of :data:`Slips`.
 """
 
 from __future__ import annotations
@@ -18,24 +23,6 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
-
-__all__ = [
-    "NOT_ATTEMPTED",
-    "WIDTH",
-    "as_number",
-    "call_safely",
-    "checker",
-    "close",
-    "diagnose",
-    "dtype_name",
-    "grade_loss",
-    "grade_prediction",
-    "kind_of",
-    "passed",
-    "scalar_loss",
-    "shape_of",
-    "wrap",
-]
 
 WIDTH = 75
 """Columns of a checker's message, prefix included: what the book's column shows."""
@@ -126,18 +113,24 @@ def _answer_name(args: tuple, kwargs: dict) -> str:
     return getattr(answer, "__name__", "your function")
 
 
-def call_safely(fn: Callable, args: tuple, what: str, grad: bool = False) -> Any:
+def call_safely(
+    fn: Callable, args: tuple, what: str, grad: bool = False, hint: str | Callable[[], str] = ""
+) -> Any:
     """``fn(*args)``, with autograd only if ``grad``; a crash becomes an :class:`AssertionError`.
 
-    The message names the case (``what``) and the learner's error, so that the learner
-    sees their own bug rather than a traceback into the checker. (When that error is a
-    :class:`NotImplementedError`, :func:`checker` reports "not attempted" instead.)
+    The message names the case (``what``) and the learner's error, then ``hint`` (a text, or a
+    function that finds one), so that the learner sees their own bug rather than a traceback
+    into the checker. (When that error is a :class:`NotImplementedError`, :func:`checker`
+    reports "not attempted" instead.)
     """
     try:
         with torch.set_grad_enabled(grad):
             return fn(*args)
     except Exception as error:  # reported to the learner
-        raise AssertionError(f"fn crashed on {what}: {type(error).__name__}: {error}") from error
+        if callable(hint):
+            hint = "" if isinstance(error, NotImplementedError) else hint()
+        message = f"fn crashed on {what}: {type(error).__name__}: {error}{hint}"
+        raise AssertionError(message) from error
 
 
 def scalar_loss(got: Any, where: str, batch: int, per_image: str) -> Tensor:
@@ -170,57 +163,165 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
     )
 
 
-def diagnose(
-    got: Tensor, mistakes: Iterable[tuple[str, Tensor]], otherwise: str, atol: float = 1e-5
-) -> str:
-    """The explanation of the first mistake whose result ``got`` matches, else ``otherwise``.
+Slips = Iterable[tuple[str, Any]]
+"""A checker's usual slips: rows of (explanation, what the slip returns), or (explanation,
+a test): a function of the answer that is true when the answer is that slip, or its result."""
 
-    ``mistakes`` pairs an explanation with what that mistake computes.
+
+def _is(got: Any, wrong: Any, atol: float) -> bool:
+    """Whether ``got`` is the slip ``wrong``: a tensor within ``atol``, an equal count or shape,
+    or a test of the answer that holds (or a test's result)."""
+    if isinstance(wrong, bool):
+        return wrong
+    if callable(wrong):
+        return bool(wrong(got))
+    if isinstance(wrong, Tensor):
+        return isinstance(got, Tensor) and close(got, wrong, atol)
+    return bool(got == wrong)
+
+
+def diagnose(got: Any, slips: Slips, otherwise: str, atol: float = 1e-5) -> str:
+    """The explanation of the first of ``slips`` that ``got`` is, else ``otherwise``.
 
     Example:
         >>> diagnose(torch.tensor(2.0), [("doubled", torch.tensor(2.0))], "compare")
         'doubled'
     """
-    return next((why for why, wrong in mistakes if close(got, wrong, atol)), otherwise)
+    with torch.no_grad():
+        return next((why for why, wrong in slips if _is(got, wrong, atol)), otherwise)
+
+
+def gap(got: Tensor, want: Tensor) -> float:
+    """The largest difference between ``got`` and ``want``, in float64, for a message."""
+    return (got.detach().double() - want.detach().double()).abs().max().item()
+
+
+Message = str | Callable[[Any], str]
+"""A message about a wrong answer: a text in which ``{got}`` stands for the answer's shape (or
+type) and ``{diff}`` for its largest difference from the right one, or a function of the
+answer that writes the message."""
+
+
+def _written(message: Message, got: Any, want: Any = None) -> str:
+    """``message`` about the answer ``got`` (:data:`Message`), ``want`` being the right one."""
+    if callable(message):
+        return message(got)
+    if "{diff}" in message:
+        message = message.replace("{diff}", f"{gap(got, want):.3g}")
+    return message.replace("{got}", str(shape_of(got)))
+
+
+def expect_tensor(
+    got: Any, shape: tuple, expected: Message, not_tensor: Message | None = None
+) -> Tensor:
+    """``got``, once it is a tensor of ``shape``; else an AssertionError: ``not_tensor`` for an
+    answer that is not a tensor, if given, and otherwise ``expected`` (:data:`Message`)."""
+    if not_tensor is not None and not isinstance(got, Tensor):
+        raise AssertionError(_written(not_tensor, got))
+    if not isinstance(got, Tensor) or tuple(got.shape) != tuple(shape):
+        raise AssertionError(_written(expected, got))
+    return got
+
+
+def grade_answer(
+    got: Any,
+    want: Any,
+    what: str,
+    slips: Slips | Callable[[], Slips] = (),
+    *,
+    expected: Message,
+    otherwise: Message,
+    not_tensor: Message | None = None,
+    atol: float = 1e-5,
+) -> None:
+    """Grade an answer ``got`` against ``want``: a tensor, or a count or a shape.
+
+    Another type or shape fails with ``expected`` (:func:`expect_tensor`; a count or a shape
+    unless equal). Values within ``atol`` of ``want`` pass (:func:`close`; ``atol=0``: exact);
+    others fail with ``what``, a colon, and the explanation of the first of ``slips`` (or of
+    ``slips()``) that ``got`` is, else ``otherwise`` (:data:`Message`).
+
+    Example:
+        >>> slips = [("you doubled it", torch.tensor([2.0, 4.0]))]
+        >>> grade_answer(torch.tensor([2.0, 4.0]), torch.tensor([1.0, 2.0]), "case x", slips,
+        ...              expected="return (2,), got {got}", otherwise="off by {diff}")
+        Traceback (most recent call last):
+        ...
+        AssertionError: case x: you doubled it
+    """
+    if isinstance(want, Tensor):
+        expect_tensor(got, tuple(want.shape), expected, not_tensor)
+    elif got != want:
+        raise AssertionError(_written(expected, got))
+    if _is(got, want, atol):
+        return
+    why = diagnose(got, slips() if callable(slips) else slips, "", atol)
+    why = why or _written(otherwise, got, want)
+    raise AssertionError(f"{what}: {why}" if what else why)
+
+
+def grade_tensor(
+    fn: Callable,
+    args: tuple,
+    want: Any,
+    what: str,
+    slips: Slips | Callable[..., Slips] = (),
+    *,
+    expected: Message,
+    otherwise: Message,
+    not_tensor: Message | None = None,
+    atol: float = 1e-5,
+    call: str | None = None,
+    crash: str | Callable[[], str] = "",
+) -> Any:
+    """Grade one case of a learner's function, ``fn(*args)``, and return its answer.
+
+    ``fn`` runs without autograd on copies of the tensors of ``args``; a crash is reported as
+    the learner's (:func:`call_safely`, naming the case ``call`` or ``what``, then ``crash``).
+    :func:`grade_answer` grades the answer with ``slips``, or with ``slips(*args)``: what
+    usual wrong versions of ``fn`` return for these arguments.
+    """
+    copies = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    got = call_safely(fn, copies, what if call is None else call, hint=crash)
+    listed = (lambda: slips(*args)) if callable(slips) else slips
+    options = dict(expected=expected, otherwise=otherwise, not_tensor=not_tensor, atol=atol)
+    grade_answer(got, want, what, listed, **options)
+    return got
 
 
 def grade_loss(
     fn: Callable,
-    reference: Callable[..., Tensor],
-    mistakes: Callable[..., Iterable[tuple[str, Tensor]]],
     args: tuple,
+    want: Tensor,
     where: str,
+    slips: Callable[..., Slips],
     *,
     per_image: str,
     otherwise: str,
     atol: float = 1e-5,
     not_finite: str | None = None,
 ) -> None:
-    """Grade one case of a learner's loss: ``fn(*args)`` against ``reference(*args)``.
+    """Grade one case of a learner's loss: ``fn(*args)`` against the 0-dimensional ``want``.
 
-    ``fn`` gets copies of the tensors of ``args`` (the first one batch-first) and must return
-    the reference's 0-dimensional loss within ``atol`` (:func:`scalar_loss`, with
-    ``per_image``). Otherwise an :class:`AssertionError` gives both values and the explanation
-    of the first of ``mistakes(*args)`` that the answer matches (:func:`diagnose`), else
-    ``otherwise``; a non-finite answer is explained by ``not_finite``, when given.
+    As :func:`grade_tensor`, but the answer must be one number (:func:`scalar_loss`, with
+    ``per_image``; the first of ``args`` is batch-first), and a wrong one is shown beside
+    ``want``; a non-finite one is explained by ``not_finite``, when given.
 
     Example:
-        >>> def mean(x):
-        ...     return x.mean()
         >>> summed = lambda x: [("you summed: take the mean", x.sum())]
-        >>> grade_loss(torch.sum, mean, summed, (torch.ones(3),), "x", per_image="", otherwise="")
+        >>> grade_loss(torch.sum, (torch.ones(3),), torch.tensor(1.0), "x", summed,
+        ...            per_image="", otherwise="")
         Traceback (most recent call last):
         ...
         AssertionError: for x: got 3.0000, want 1.0000; you summed: take the mean
     """
     copies = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
     got = scalar_loss(call_safely(fn, copies, where), where, len(args[0]), per_image)
-    want = reference(*args)
     if close(got, want, atol):
         return
     if not_finite is not None and not torch.isfinite(got):
         raise AssertionError(f"for {where}: the loss is {got.item()}: {not_finite}")
-    hint = diagnose(got, mistakes(*args), otherwise, atol)
+    hint = diagnose(got, slips(*args), otherwise, atol)
     raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
 
 
@@ -229,9 +330,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def zero_one_mask(got: Tensor, what: str) -> Tensor:
-    """A learner's mask of 0s and 1s (or False and True) as booleans; an AssertionError naming
-    ``what`` when it holds anything else."""
+def as_mask(
+    got: Any, shape: tuple, what: str, expected: Message, additive: tuple[Callable, str]
+) -> Tensor:
+    """A learner's mask as booleans: a tensor of ``shape`` (else ``expected``) of True/False or
+    1/0; an additive mask of floats, which the test ``additive[0]`` recognises, is refused with
+    the explanation ``additive[1]``."""
+    expect_tensor(got, shape, expected, not_tensor=f"{what}: return a tensor, got {{got}}")
+    if got.dtype == torch.bool:
+        return got
+    if got.is_floating_point() and additive[0](got):
+        raise AssertionError(f"{what}: {additive[1]}")
     if not ((got == 0) | (got == 1)).all():
         raise AssertionError(f"{what}: the mask must hold True/False (or 1/0) only")
     return got == 1
@@ -245,13 +354,6 @@ def shape_of(value: Any) -> Any:
 def passed(name: str, detail: str) -> None:
     """Print the confirmation a learner sees when a checker passes, wrapped to the page."""
     print(wrap(f"Correct! {name}: {detail}"))
-
-
-def _number(x: float) -> str:
-    """``x`` as a message shows it: a whole number with thousands separators, else 3 digits."""
-    if float(x).is_integer() and abs(x) < 1e7:
-        return f"{int(x):,}"
-    return f"{x:.3g}"
 
 
 def as_number(value: Any) -> int | float | None:
@@ -293,77 +395,3 @@ def kind_of(value: Any) -> str:
     shape = getattr(value, "shape", None)
     shown = f" of shape {tuple(shape)}" if isinstance(shape, tuple) else ""
     return type(value).__name__ + shown
-
-
-def grade_prediction(
-    name: str,
-    variable: str,
-    predicted: Any,
-    actual: float,
-    *,
-    what: str,
-    tolerance: float | str,
-    slips: Iterable[tuple[str, float]] = (),
-    source: str = "",
-    otherwise: str | None = None,
-) -> None:
-    """Grade a "predict, then measure" exercise: the learner's number against ``actual``.
-
-    ``predicted`` is what the learner assigned to ``variable`` (``...``, the chapter's stub,
-    prints :data:`NOT_ATTEMPTED`). ``actual`` is an exact count or a committed result, never
-    a live timing, so the verdict is the same on every machine. ``tolerance`` is a relative
-    margin (``0.1`` accepts ±10%) or ``"sign"`` (the right direction of a change). Either way
-    the measured value is shown; a wrong prediction that is one of ``slips`` (within the same
-    margin of the slip's number, and nearer to it than to ``actual``; of several, the one it
-    is nearest) gets that slip's explanation; any other wrong one gets ``otherwise`` (by
-    default, the margin asked for). ``predicted`` may be any number :func:`as_number` reads.
-
-    Example:
-        >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
-        Correct! check_tokens: you predicted 197 tokens; measured: 197.
-        >>> grade_prediction("check_tokens", "tokens", 196, 197, what="tokens", tolerance=0,
-        ...                  slips=[("count the class token", 196)])
-        Traceback (most recent call last):
-        ...
-        AssertionError: you predicted 196 tokens; measured: 197. count the class token
-    """
-    if predicted is Ellipsis:
-        print(NOT_ATTEMPTED.format(name=variable))
-        return
-    number = as_number(predicted)
-    if number is None:
-        raise AssertionError(f"{variable} must be a number, got {kind_of(predicted)}")
-    predicted = number
-
-    def agrees(guess: float) -> bool:
-        if tolerance == "sign":
-            return (guess > 0) == (actual > 0) and (guess < 0) == (actual < 0)
-        return abs(guess - actual) <= float(tolerance) * abs(actual)
-
-    shown = f"you predicted {_number(predicted)} {what}; measured: {_number(actual)}"
-    shown += f" ({source})." if source else "."
-    if agrees(predicted):
-        passed(name, shown)
-        return
-    if tolerance == "sign":
-        margin = "the right sign"
-    else:
-        margin = f"within ±{float(tolerance):.0%}" if tolerance else "the exact number"
-    hint = _nearest_slip(predicted, actual, tolerance, slips)
-    raise AssertionError(f"{shown} {hint or otherwise or f'the exercise asks for {margin}'}")
-
-
-def _nearest_slip(
-    guess: float, actual: float, tolerance: float | str, slips: Iterable[tuple[str, float]]
-) -> str | None:
-    """The explanation of the slip whose number ``guess`` is nearest to, among those it is
-    within the exercise's margin of (their exact number when the margin is 0 or a sign) and
-    nearer to than to ``actual``; None when there is none. An exact slip is the nearest; of
-    two slips equally near, the first listed."""
-    fits = [
-        (abs(guess - wrong), why)
-        for why, wrong in slips
-        if abs(guess - wrong) <= (0.0 if tolerance == "sign" else float(tolerance) * abs(wrong))
-        and abs(guess - wrong) < abs(guess - actual)
-    ]
-    return min(fits, key=lambda fit: fit[0])[1] if fits else None

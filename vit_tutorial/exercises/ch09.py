@@ -1,10 +1,11 @@
 """Checkers for chapter 9: MAE's loss on normalised hidden patches, and the decoder's input
 with mask tokens, as :mod:`vit_tutorial.mae` computes them, and a prediction of what MAE
 pre-training adds with 100 labels per class, graded against the committed runs. (The random
-masking's checker is in :mod:`vit_tutorial.exercises.random_masking`.)"""
+masking's checker is in :mod:`vit_tutorial.exercises.ch09_masking`.)"""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,26 +15,20 @@ from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.exercises._common import (
-    call_safely,
     checker,
-    close,
-    diagnose,
     dtype_name,
     grade_loss,
-    grade_prediction,
+    grade_tensor,
     passed,
     shape_of,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.losses import masked_patch_loss
 from vit_tutorial.mae import normalized_patches
 from vit_tutorial.notebook import repository_file
 from vit_tutorial.patches import image_to_patches
 
 __all__ = ["check_mae_loss", "check_decoder_tokens", "check_mae_gain_prediction"]
-
-
-# ---------------------------------------------------------------------------------------
-# The loss on normalised hidden patches
 
 
 def _mae_loss(pred: Tensor, images: Tensor, mask: Tensor, patch_size: int) -> Tensor:
@@ -88,8 +83,8 @@ def _wrong_targets(images: Tensor, p: int) -> list[tuple[str, Tensor]]:
     ]
 
 
-def _loss_mistakes(pred: Tensor, images: Tensor, mask: Tensor, p: int) -> list[tuple[str, Tensor]]:
-    """The loss that each usual mistake computes, with its explanation."""
+def _loss_slips(pred: Tensor, images: Tensor, mask: Tensor, p: int) -> list[tuple[str, Tensor]]:
+    """The loss that each usual mistake computes."""
     pred, images, mask = pred.double(), images.double(), mask.double()
     target = normalized_patches(images, p)
     squared = (pred - target).pow(2)  # (B, N, L)
@@ -146,9 +141,6 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     :func:`~vit_tutorial.mae.normalized_patches`. Inputs come in float32 and float64; one
     patch is blank (variance 0).
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_mae_loss(_mae_loss)
         Correct! check_mae_loss: the mean squared error on the hidden patches, each
@@ -163,10 +155,10 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
         pred, images, mask = _loss_case(b, c, h, w, p, hidden, dtype)
         grade_loss(
             fn,
-            _mae_loss,
-            _loss_mistakes,
             (pred, images, mask, p),
+            _mae_loss(pred, images, mask, p),
             f"B={b}, C={c}, {h}×{w} images, P={p}, {dtype_name(dtype)}",
+            _loss_slips,
             per_image="average the per-patch errors of all the hidden patches into one number",
             otherwise="compare with the mean over hidden patches of ((pred - target)²).mean(-1), "
             "target = (p - mean) / sqrt(var + 1e-6) for each patch p of image_to_patches",
@@ -181,8 +173,10 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     )
 
 
-# ---------------------------------------------------------------------------------------
-# The decoder's input: visible tokens and mask tokens, unshuffled
+_ONE_IMAGE = (
+    "; it worked for one image: the mask tokens must be copied for every "
+    "image, mask_token.expand(B, N - N_keep, -1), mask_token being (1, 1, D')"
+)
 
 
 def _decoder_tokens(latent: Tensor, mask_token: Tensor, ids_restore: Tensor) -> Tensor:
@@ -193,10 +187,10 @@ def _decoder_tokens(latent: Tensor, mask_token: Tensor, ids_restore: Tensor) -> 
     return x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))  # original order
 
 
-def _decoder_mistakes(
+def _decoder_slips(
     latent: Tensor, mask_token: Tensor, ids_restore: Tensor
 ) -> list[tuple[str, Tensor]]:
-    """The tokens that each usual mistake makes, with its explanation."""
+    """The tokens that each usual mistake makes."""
     b, k, d = latent.shape
     hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - N_keep, D')
     index = ids_restore[:, :, None].expand(-1, -1, d)
@@ -231,27 +225,14 @@ def _decoder_mistakes(
     ]
 
 
-def _decoder_output(fn: Callable, args: tuple, shape: tuple, where: str, one_passed: bool):
-    """``fn(*args)``; a crash after a one-image case passed points at the mask tokens."""
-    try:
-        got = call_safely(fn, args, where)
-    except AssertionError as error:
-        if not one_passed or isinstance(error.__cause__, NotImplementedError):
-            raise
-        raise AssertionError(
-            f"{error}; it worked for one image: the mask tokens must be copied for every "
-            "image, mask_token.expand(B, N - N_keep, -1), mask_token being (1, 1, D')"
-        ) from error.__cause__
+def _decoder_shape(where: str, shape: tuple, got: Any) -> str:
+    """Why ``got`` is not the decoder's tokens, of ``shape``."""
     if isinstance(got, Tensor) and got.shape == (*shape[:2], 1):
-        raise AssertionError(
+        return (
             f"for {where}: the result is {shape_of(got)}: expand gather's index over the "
             "features, ids_restore[..., None].expand(-1, -1, D')"
         )
-    if not isinstance(got, Tensor) or got.shape != shape:
-        raise AssertionError(
-            f"for {where}: return the decoder's tokens (B, N, D') = {shape}, got {shape_of(got)}"
-        )
-    return got
+    return f"for {where}: return the decoder's tokens (B, N, D') = {shape}, got {shape_of(got)}"
 
 
 @checker
@@ -266,9 +247,6 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
     the ``N`` tokens back in the original order with ``ids_restore``, ``(B, N, D')``, as
     :meth:`~vit_tutorial.mae.MaskedAutoencoder.forward_decoder` does before it adds the
     positions. Inputs come in float32 and float64.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_decoder_tokens(_decoder_tokens)
@@ -287,18 +265,19 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         mask_token = torch.randn(1, 1, d, dtype=dtype)
         ids_restore = torch.rand(b, n).argsort(dim=1).argsort(dim=1)
         where = f"B={b}, N={n} tokens, N_keep={k} visible, D'={d}, {dtype_name(dtype)}"
-        args = (latent.clone(), mask_token.clone(), ids_restore.clone())
-        got = _decoder_output(fn, args, (b, n, d), where, one_passed)
-        one_passed |= b == 1
-        if close(got, _decoder_tokens(latent, mask_token, ids_restore)):
-            continue
-        hint = diagnose(
-            got,
-            _decoder_mistakes(latent, mask_token, ids_restore),
-            "the visible tokens must land where ids_restore sends them, and mask_token in "
-            "every other place",
+        grade_tensor(
+            fn,
+            (latent, mask_token, ids_restore),
+            _decoder_tokens(latent, mask_token, ids_restore),
+            f"for {where}",
+            _decoder_slips,
+            call=where,
+            crash=_ONE_IMAGE if one_passed else "",
+            expected=functools.partial(_decoder_shape, where, (b, n, d)),
+            otherwise="the visible tokens must land where ids_restore sends them, and mask_token "
+            "in every other place",
         )
-        raise AssertionError(f"for {where}: {hint}")
+        one_passed |= b == 1
     passed(
         "check_decoder_tokens",
         "the visible tokens and N - N_keep mask tokens, back in the original order, on "

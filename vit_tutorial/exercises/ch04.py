@@ -15,10 +15,11 @@ from vit_tutorial.exercises._common import (
     call_safely,
     checker,
     close,
-    grade_prediction,
+    expect_tensor,
+    grade_tensor,
     passed,
-    shape_of,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 
 __all__ = ["check_drop_path", "check_block_forward", "check_layer_norm"]
 __all__ += ["check_block_params_prediction"]
@@ -68,15 +69,13 @@ def _dropped_samples(
     per_sample = (got == 0).flatten(1)  # (B, T·D): which numbers of each sample are zero
     if not (per_sample.all(1) | ~per_sample.any(1)).all():
         raise AssertionError(
-            "some samples are only partly zeroed: that is dropout. Drop path "
-            "tosses one coin per sample, a mask of shape (B, 1, 1), so a dropped "
-            "sample skips the whole residual branch"
+            "some samples are only partly zeroed: that is dropout. Drop path tosses one coin per "
+            "sample, a mask of shape (B, 1, 1), so a dropped sample skips the whole residual branch"
         )
     if _one_coin(fn, x, p, per_sample.all(1)):
         raise AssertionError(
-            "the whole batch is dropped or kept together: you tossed one coin "
-            "for the whole batch. Toss one per sample: a mask of shape "
-            "(B, 1, 1), e.g. torch.rand(B, 1, 1) >= p"
+            "the whole batch is dropped or kept together: you tossed one coin for the whole batch. "
+            "Toss one per sample: a mask of shape (B, 1, 1), e.g. torch.rand(B, 1, 1) >= p"
         )
     rate = per_sample.all(1).float().mean().item()
     if abs(rate - (1 - p)) < 0.05:
@@ -99,9 +98,6 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     and otherwise scaled by ``1 / (1 - p)``; at evaluation, or with ``p = 0``, ``x`` must
     come back unchanged.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> from vit_tutorial.encoder import drop_path
         >>> check_drop_path(drop_path)
@@ -114,11 +110,9 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     _check_identity(fn, x)
     p = 0.3
     got = call_safely(fn, (x.clone(), p, True), f"training=True, p={p}")
-    if not isinstance(got, Tensor) or got.shape != x.shape:
-        shape = shape_of(got)
-        raise AssertionError(
-            f"the output must have the input's shape {tuple(x.shape)}, got {shape}"
-        )
+    expect_tensor(
+        got, x.shape, f"the output must have the input's shape {tuple(x.shape)}, got {{got}}"
+    )
     kept = ~_dropped_samples(fn, x, p, got)
     if close(got[kept], x[kept]):
         raise AssertionError(
@@ -133,53 +127,45 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     )
 
 
-def _variants(block: EncoderBlock, x: Tensor) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes, each with its explanation."""
+def _block_slips(block: EncoderBlock, x: Tensor) -> list[tuple[str, Tensor]]:
+    """What the usual wrong forwards return."""
     ln1, ln2, attn, mlp = block.norm1, block.norm2, block.attn, block.mlp
     h = ln1(x)
     normed_stream = h + attn(h)
     normed_stream = ln2(normed_stream) + mlp(ln2(normed_stream))
     post = ln1(x + attn(x))
-    post = ln2(post + mlp(post))
-    no_residual = mlp(ln2(attn(ln1(x))))
-    a = attn(ln1(x))
-    no_attention_residual = a + mlp(ln2(a))
-    no_mlp_residual = mlp(ln2(x + attn(ln1(x))))
-    y = x + attn(ln1(x))
-    shared = y + mlp(ln1(y))
-    z = x + mlp(ln2(x))
-    swapped = z + attn(ln1(z))
+    a, y, z = attn(ln1(x)), x + attn(ln1(x)), x + mlp(ln2(x))
     return [
         (
-            post,
             "this is post-norm, LN(x + f(x)), the original Transformer; ViT is pre-norm: "
-            "x + f(LN(x)), the LayerNorm inside the branch",
+            "x + f(LN(x)), the LayerNorm inside the branch.",
+            ln2(post + mlp(post)),
         ),
         (
-            normed_stream,
             "you added the branch to the normalised tokens (x = LN(x); x = x + f(x)); "
-            "the residual stream must carry the un-normalised x: x = x + f(LN(x))",
+            "the residual stream must carry the un-normalised x: x = x + f(LN(x)).",
+            normed_stream,
         ),
         (
-            no_residual,
             "the residual connections are missing: each branch's output is added to "
-            "its input, x = x + f(LN(x))",
+            "its input, x = x + f(LN(x)).",
+            mlp(ln2(attn(ln1(x)))),
         ),
         (
-            no_attention_residual,
             "the attention branch has no residual connection: write "
-            "x = x + attn(norm1(x)), not x = attn(norm1(x))",
+            "x = x + attn(norm1(x)), not x = attn(norm1(x)).",
+            a + mlp(ln2(a)),
         ),
         (
-            no_mlp_residual,
             "the MLP branch has no residual connection: write "
-            "x = x + mlp(norm2(x)), not x = mlp(norm2(x))",
+            "x = x + mlp(norm2(x)), not x = mlp(norm2(x)).",
+            mlp(ln2(y)),
         ),
         (
-            shared,
-            "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for the MLP)",
+            "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for the MLP).",
+            y + mlp(ln1(y)),
         ),
-        (swapped, "attention comes first, then the MLP"),
+        ("attention comes first, then the MLP.", z + attn(ln1(z))),
     ]
 
 
@@ -190,9 +176,6 @@ def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
     ``fn`` must use ``block.norm1``, ``block.attn``, ``block.norm2`` and ``block.mlp`` of an
     :class:`~vit_tutorial.encoder.EncoderBlock` to compute
     ``x = x + attn(norm1(x))`` then ``x = x + mlp(norm2(x))``.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_block_forward(lambda block, x: block(x))
@@ -208,98 +191,93 @@ def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
                 norm.weight.copy_(1 + 0.5 * torch.randn(D, generator=generator))
                 norm.bias.copy_(0.5 * torch.randn(D, generator=generator))
             x = 2 * torch.randn(B, T, D, generator=generator) + 1
-            got = call_safely(fn, (block, x.clone()), f"case B={B}, T={T}, D={D}")
-            if not isinstance(got, Tensor) or got.shape != x.shape:
-                raise AssertionError(f"fn must return a tensor of the input's shape {(B, T, D)}")
-            if close(got, block(x), atol=1e-5):
-                continue
-            for wrong, explanation in _variants(block, x):
-                if close(got, wrong, atol=1e-5):
-                    raise AssertionError(f"case B={B}, T={T}, D={D}: {explanation}.")
-        raise AssertionError(
-            f"case B={B}, T={T}, D={D}: the output differs from "
-            "x = x + attn(norm1(x)); x = x + mlp(norm2(x))"
+            want = block(x)
+        grade_tensor(
+            fn,
+            (block, x),
+            want,
+            f"case B={B}, T={T}, D={D}",
+            _block_slips,
+            expected=f"fn must return a tensor of the input's shape {(B, T, D)}",
+            otherwise="the output differs from x = x + attn(norm1(x)); x = x + mlp(norm2(x))",
         )
     passed("check_block_forward", f"pre-norm block matches on {len(cases)} cases.")
 
 
 _BIASED = "x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1)"
+_LAST_AXIS = "LayerNorm normalises each token over its D features, the last axis"
 
 
-def _variance_mistakes(
+def _variance_slips(
     x: Tensor, weight: Tensor, bias: Tensor, eps: float
-) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual slips of a hand-written LayerNorm in its variance and ``eps``."""
+) -> list[tuple[str, Tensor]]:
+    """What the usual slips of a hand-written LayerNorm in its variance and ``eps`` return."""
     D = x.shape[-1]
     centred = x - x.mean(-1, keepdim=True)
     var = x.var(-1, unbiased=False, keepdim=True)  # the right, biased, variance
     unbiased = x.var(-1, keepdim=True)  # divides by D - 1
     return [
         (
-            weight * centred / torch.sqrt(unbiased + eps) + bias,
             f"the variance divides by (D - 1) = {D - 1}, torch.var's default (unbiased); "
             f"LayerNorm uses the biased variance, which divides by D: {_BIASED}",
+            weight * centred / torch.sqrt(unbiased + eps) + bias,
         ),
         (
-            weight * centred / (unbiased.sqrt() + eps) + bias,
             f"two slips: the variance divides by D - 1 (torch.std's default) instead of D, "
             f"and eps is added to the standard deviation instead of the variance; write "
             f"(x - mean)/sqrt(var + eps) with the biased variance, {_BIASED}",
+            weight * centred / (unbiased.sqrt() + eps) + bias,
         ),
         (
-            weight * centred / (var.sqrt() + eps) + bias,
             "eps is added outside the square root, to the standard deviation; it belongs "
             "inside, with the variance: (x - mean)/sqrt(var + eps). The two differ when a "
             "token's variance is as small as eps",
+            weight * centred / (var.sqrt() + eps) + bias,
         ),
         *[
             (
-                F.layer_norm(x, (D,), weight, bias, fixed),
                 f"you used eps={fixed:g} ({whose}), not the eps argument, eps={eps:g}",
+                F.layer_norm(x, (D,), weight, bias, fixed),
             )
             for fixed, whose in [(1e-5, "PyTorch's default"), (1e-6, "ViT's value")]
         ],
         (
-            weight * centred / var.sqrt() + bias,
             "the eps argument is not used: it keeps the division safe for a token of "
             "small variance, (x - mean)/sqrt(var + eps)",
+            weight * centred / var.sqrt() + bias,
         ),
     ]
 
 
-def _axis_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> list[tuple[Tensor, str]]:
-    """Outputs of a LayerNorm over the wrong axes, or with the wrong affine part."""
+def _axis_slips(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> list[tuple[str, Tensor]]:
+    """What a LayerNorm over the wrong axes, or with the wrong affine part, returns."""
 
     def standardised(dims: tuple[int, ...]) -> Tensor:  # (x - mean)/sqrt(var + eps)
         mu, var = x.mean(dims, keepdim=True), x.var(dims, unbiased=False, keepdim=True)
         return (x - mu) / torch.sqrt(var + eps)
 
-    def over(dims: tuple[int, ...]) -> Tensor:
-        return weight * standardised(dims) + bias
-
-    last_axis = "LayerNorm normalises each token over its D features, the last axis"
     return [
         (
-            over((-2,)),
-            f"the statistics are taken over the tokens (axis -2); {last_axis}: mean(-1), var(-1)",
+            f"the statistics are taken over the tokens (axis -2); {_LAST_AXIS}: mean(-1), var(-1)",
+            weight * standardised((-2,)) + bias,
         ),
         (
-            over((-2, -1)),
             "the statistics are taken over all the tokens and features of a sequence, "
-            f"(T, D) at once; {last_axis}: mean(-1), var(-1)",
+            f"(T, D) at once; {_LAST_AXIS}: mean(-1), var(-1)",
+            weight * standardised((-2, -1)) + bias,
         ),
         (
-            over((0,)),
             "the statistics are taken over the first axis, the batch: that is batch "
-            f"normalisation; {last_axis}: mean(-1), var(-1)",
+            f"normalisation; {_LAST_AXIS}: mean(-1), var(-1)",
+            weight * standardised((0,)) + bias,
         ),
         (
-            standardised((-1,)),
             "weight and bias are not applied: weight·(x - mean)/sqrt(var + eps) + bias",
+            standardised((-1,)),
         ),
         (
-            bias * standardised((-1,)) + weight,
             "weight and bias are swapped: the weight (γ) scales, the bias (β) shifts",
+            bias * standardised((-1,)) + weight,
         ),
     ]
 
@@ -315,9 +293,6 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
     close to ``eps``, spread-out tokens, and one ``(T, D)`` sequence with a large ``eps``;
     it names the unbiased variance, ``eps`` outside the root, and the wrong axis.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_layer_norm(lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps))
         Correct! check_layer_norm: 3 cases, small variances included, match F.layer_norm.
@@ -332,19 +307,15 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
         weight = 1 + 0.5 * torch.randn(D, generator=generator)
         bias = 0.5 * torch.randn(D, generator=generator)
         what = f"x of shape {shape}, eps={eps:g}"
-        got = call_safely(fn, (x.clone(), weight.clone(), bias.clone(), eps), what)
-        if not isinstance(got, Tensor) or got.shape != x.shape:
-            found = shape_of(got)
-            raise AssertionError(f"{what}: the output must have the input's shape, got {found}")
-        if close(got, F.layer_norm(x, (D,), weight, bias, eps)):
-            continue
-        mistakes = _variance_mistakes(x, weight, bias, eps) + _axis_mistakes(x, weight, bias, eps)
-        for wrong, explanation in mistakes:
-            if close(got, wrong):
-                raise AssertionError(f"{what}: {explanation}")
-        raise AssertionError(
-            f"{what}: the output differs from F.layer_norm(x, (D,), weight, bias, eps); "
-            "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis"
+        grade_tensor(
+            fn,
+            (x, weight, bias, eps),
+            F.layer_norm(x, (D,), weight, bias, eps),
+            what,
+            lambda *args: _variance_slips(*args) + _axis_slips(*args),
+            expected=f"{what}: the output must have the input's shape, got {{got}}",
+            otherwise="the output differs from F.layer_norm(x, (D,), weight, bias, eps); "
+            "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis",
         )
     passed("check_layer_norm", "3 cases, small variances included, match F.layer_norm.")
 
@@ -357,9 +328,6 @@ def check_block_params_prediction(predicted_block_params: Any) -> None:
     on the meta device: ``12D² + 13D``. A prediction within ±5% passes (``12D²`` does); the
     usual slips are named: one branch alone, q, k and v sharing one D×D matrix, the output
     projection forgotten, the MLP not widened, the heads multiplying the weights.
-
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
 
     Example:
         >>> check_block_params_prediction(12 * 192**2)

@@ -3,6 +3,7 @@ prediction of what the attention weights of a ViT-B/16 at 384×384 take in memor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -12,8 +13,10 @@ from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.attention import scaled_dot_product_attention
-from vit_tutorial.exercises._attention_memory import memory_slips
-from vit_tutorial.exercises._common import call_safely, checker, close, grade_prediction, passed
+from vit_tutorial.exercises._common import checker, close, grade_tensor, passed
+from vit_tutorial.exercises._predictions import grade_prediction
+from vit_tutorial.patches import patch_grid
+from vit_tutorial.vit import PRESETS
 
 __all__ = [
     "check_attention",
@@ -36,30 +39,30 @@ def _multi_head(
     return rearrange(out, "b h t d -> b t (h d)")
 
 
-def _mistakes(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes on ``(B, T, D)`` inputs, each with its explanation."""
+def _slips(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[str, Tensor]]:
+    """What the usual mistakes return on ``(B, T, D)`` inputs."""
     D, h = q.shape[-1], num_heads
     d = D // h
     return [
         (
+            f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of one "
+            f"head (D / num_heads = {D} / {h}); each head is a separate attention of width d.",
             _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
-            f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of "
-            f"one head (D / num_heads = {D} / {h}); each head is a separate attention of width d",
         ),
         (
-            _multi_head(q, k, v, h, scale=math.sqrt(d)),
             f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
-            f"is 1/√d, softmax(Q Kᵀ / √d) V",
+            f"is 1/√d, softmax(Q Kᵀ / √d) V.",
+            _multi_head(q, k, v, h, scale=math.sqrt(d)),
         ),
         (
-            _multi_head(q, k, v, h, scale=1.0),
             f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
-            f"softmax saturates as d grows",
+            f"softmax saturates as d grows.",
+            _multi_head(q, k, v, h, scale=1.0),
         ),
         (
-            _multi_head(q, k, v, h, scale=None, softmax_dim=-2),
             "the softmax runs over the wrong axis: each query's row of scores (the last "
-            "axis, over keys) must sum to 1, not each key's column",
+            "axis, over keys) must sum to 1, not each key's column.",
+            _multi_head(q, k, v, h, None, softmax_dim=-2),
         ),
     ]
 
@@ -72,11 +75,7 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
     ``d = D // num_heads``, apply ``softmax(Q Kᵀ / √d) V`` in each head, and merge the
     heads back to ``(B, T, D)``.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
-        >>> from vit_tutorial.exercises.attention import _multi_head
         >>> check_attention(lambda q, k, v, h: _multi_head(q, k, v, h, scale=None))
         Correct! check_attention: matches the reference on 4 cases (1 to 8 heads).
     """
@@ -84,31 +83,19 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
     generator = torch.Generator().manual_seed(0)
     for B, T, D, h in cases:
         q, k, v = (3 * torch.randn(B, T, D, generator=generator) for _ in range(3))
-        case = f"case B={B}, T={T}, D={D}, num_heads={h}"
-        got = call_safely(fn, (q.clone(), k.clone(), v.clone(), h), case)
-        if not isinstance(got, Tensor):
-            raise AssertionError(f"fn must return a tensor, got {type(got).__name__}")
-        if got.shape != (B, T, D):
-            raise AssertionError(
-                f"with q, k, v of shape {(B, T, D)} and num_heads={h}, the output must have "
-                f"shape {(B, T, D)}, got {tuple(got.shape)}; did you merge the heads back?"
-            )
-        want = _multi_head(q, k, v, h, scale=None)
-        if close(got, want):
-            continue
-        for wrong, explanation in _mistakes(q, k, v, h):
-            if close(got, wrong):
-                raise AssertionError(f"{case}: {explanation}.")
-        diff = (got - want).abs().max().item()
-        raise AssertionError(
-            f"{case}: output differs from softmax(Q Kᵀ / √d) V "
-            f"by up to {diff:.3g}; check the head split 'b t (h d) -> b h t d' and the merge"
+        grade_tensor(
+            fn,
+            (q, k, v, h),
+            _multi_head(q, k, v, h, None),
+            f"case B={B}, T={T}, D={D}, num_heads={h}",
+            _slips,
+            not_tensor="fn must return a tensor, got {got}",
+            expected=f"with q, k, v of shape {(B, T, D)} and num_heads={h}, the output must "
+            f"have shape {(B, T, D)}, got {{got}}; did you merge the heads back?",
+            otherwise="output differs from softmax(Q Kᵀ / √d) V by up to {diff}; check the "
+            "head split 'b t (h d) -> b h t d' and the merge",
         )
     passed("check_attention", f"matches the reference on {len(cases)} cases (1 to 8 heads).")
-
-
-# ---------------------------------------------------------------------------------------
-# Exercise 2: attention with a boolean mask
 
 
 def _random_mask(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
@@ -127,51 +114,47 @@ def _random_mask(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
     return mask & ~blocked
 
 
-def _masked_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[tuple[Tensor, str]]:
-    """Outputs of the usual mistakes of masked attention, each with its explanation."""
+def _masked_slips(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[tuple[str, Any]]:
+    """What the usual mistakes of masked attention return."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, T, T)
     return [
         (
-            scaled_dot_product_attention(q, k, v, ~mask)[0],
             "the mask is inverted: True means 'may attend' (as in PyTorch's "
             "F.scaled_dot_product_attention), so fill the scores with -inf where the mask "
-            "is False (~mask)",
+            "is False (~mask).",
+            scaled_dot_product_attention(q, k, v, ~mask)[0],
         ),
         (
-            scores.softmax(-1).masked_fill(~mask, 0.0) @ v,
             "you masked after the softmax: zeroing the blocked weights leaves each query's "
             "weights summing to less than 1. Block the scores before the softmax, with -inf, "
-            "so that the softmax shares the whole weight among the allowed keys",
+            "so that the softmax shares the whole weight among the allowed keys.",
+            scores.softmax(-1).masked_fill(~mask, 0.0) @ v,
         ),
         (
-            scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
             "you set the blocked scores to 0: exp(0) = 1, so a blocked key still gets as much "
-            "weight as a key of score 0. Fill them with float('-inf') (exp(-inf) = 0)",
+            "weight as a key of score 0. Fill them with float('-inf') (exp(-inf) = 0).",
+            scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
         ),
         (
-            (scores + mask.to(scores.dtype)).softmax(-1) @ v,
             "you added the boolean mask to the scores as numbers (0 or 1): that nudges the "
-            "allowed keys but blocks nothing; fill the blocked scores with -inf",
+            "allowed keys but blocks nothing; fill the blocked scores with -inf.",
+            (scores + mask.to(scores.dtype)).softmax(-1) @ v,
         ),
         (
-            scaled_dot_product_attention(q, k, v, mask.transpose(-2, -1))[0],
             "the mask is transposed: mask[..., i, j] says whether query i (a row) may attend "
-            "to key j (a column)",
+            "to key j (a column).",
+            scaled_dot_product_attention(q, k, v, mask.transpose(-2, -1))[0],
         ),
         (
+            f"the scores are not scaled: divide Q Kᵀ by √d = √{q.shape[-1]} before masking.",
             (scores * math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")).softmax(-1) @ v,
-            f"the scores are not scaled: divide Q Kᵀ by √d = √{q.shape[-1]} before masking",
+        ),
+        (
+            "the output has nan or inf, yet every query here may attend to at least one key; "
+            "block with -inf only where the mask is False",
+            lambda got: not torch.isfinite(got).all(),
         ),
     ]
-
-
-def _check_output(got: object, shape: tuple[int, ...], case: str) -> Tensor:
-    """``got`` if it is a tensor of ``shape``; otherwise an AssertionError naming ``case``."""
-    if not isinstance(got, Tensor):
-        raise AssertionError(f"{case}: fn must return a tensor, got {type(got).__name__}")
-    if got.shape != shape:
-        raise AssertionError(f"{case}: the output must have shape {shape}, got {tuple(got.shape)}")
-    return got
 
 
 def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
@@ -180,32 +163,41 @@ def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
     mask = _random_mask((5, 5), generator)
     mask[1] = False  # query 1 may attend to no key
     case = "case B=2, T=5, d=8, query 1 may attend to no key"
-    args = (q.clone(), k.clone(), v.clone(), mask.clone())
-    got = _check_output(call_safely(fn, args, case), (2, 5, 8), case)
     want = scaled_dot_product_attention(q, k, v, mask)[0]  # row 1 is 0
-    if close(got, want):
-        return
     rule = (
         "this book's rule (the package's, and PyTorch's fused kernel's) is that such a "
         "query gets zero weights, so its output is 0: e.g. turn its nan weights into 0 "
         "with torch.nan_to_num before multiplying by V"
     )
-    if close(torch.cat([got[:, :1], got[:, 2:]], 1), torch.cat([want[:, :1], want[:, 2:]], 1)):
-        row = got[:, 1].double()
-        if row.isnan().any():
-            raise AssertionError(
-                f"{case}: its output is nan, the softmax of a row of -inf (0/0); {rule}."
-            )
-        if close(row, v.mean(dim=1)):
-            raise AssertionError(
-                f"{case}: its output is the plain mean of the values, because every blocked "
-                f"score got the same finite value (a large negative number such as "
-                f"torch.finfo(dtype).min), and a softmax of equal scores is uniform; {rule}."
-            )
-        raise AssertionError(f"{case}: its output should be 0; {rule}.")
-    raise AssertionError(
-        f"{case}: the output differs from the reference, also for the "
-        f"queries that do see keys; {rule}."
+
+    def others_right(got: Tensor) -> bool:  # every row but query 1's
+        return close(
+            torch.cat([got[:, :1], got[:, 2:]], 1), torch.cat([want[:, :1], want[:, 2:]], 1)
+        )
+
+    slips = [
+        (
+            f"its output is nan, the softmax of a row of -inf (0/0); {rule}.",
+            lambda got: others_right(got) and got[:, 1].double().isnan().any(),
+        ),
+        (
+            "its output is the plain mean of the values, because every blocked score got the "
+            "same finite value (a large negative number such as torch.finfo(dtype).min), and a "
+            f"softmax of equal scores is uniform; {rule}.",
+            lambda got: others_right(got) and close(got[:, 1].double(), v.mean(dim=1)),
+        ),
+        (f"its output should be 0; {rule}.", others_right),
+    ]
+    grade_tensor(
+        fn,
+        (q, k, v, mask),
+        want,
+        case,
+        slips,
+        not_tensor=f"{case}: fn must return a tensor, got {{got}}",
+        expected=f"{case}: the output must have shape (2, 5, 8), got {{got}}",
+        otherwise="the output differs from the reference, also for the queries that do see "
+        f"keys; {rule}.",
     )
 
 
@@ -217,9 +209,6 @@ def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
     or ``(B, T, T)``, and ``mask[..., i, j]`` is True where query i may attend to key j
     (the convention of :func:`vit_tutorial.attention.scaled_dot_product_attention` and of
     PyTorch's). A query that may attend to no key gets zero weights: its output is 0.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_masked_attention(lambda q, k, v, mask: scaled_dot_product_attention(
@@ -233,22 +222,16 @@ def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
         q, k, v = (2 * torch.randn(B, T, d, generator=generator) for _ in range(3))
         mask = _random_mask(mask_shape, generator)
         case = f"case B={B}, T={T}, d={d}, mask of shape {mask_shape}"
-        args = (q.clone(), k.clone(), v.clone(), mask.clone())
-        got = _check_output(call_safely(fn, args, case), (B, T, d), case)
-        want = scaled_dot_product_attention(q, k, v, mask)[0]
-        if close(got, want):
-            continue
-        for wrong, explanation in _masked_mistakes(q, k, v, mask):
-            if close(got, wrong):
-                raise AssertionError(f"{case}: {explanation}.")
-        if not torch.isfinite(got).all():
-            raise AssertionError(
-                f"{case}: the output has nan or inf, yet every query here may attend to at "
-                f"least one key; block with -inf only where the mask is False"
-            )
-        raise AssertionError(
-            f"{case}: output differs from softmax(Q Kᵀ / √d, blocked scores at -inf) V by up "
-            f"to {(got - want).abs().max().item():.3g}"
+        grade_tensor(
+            fn,
+            (q, k, v, mask),
+            scaled_dot_product_attention(q, k, v, mask)[0],
+            case,
+            _masked_slips,
+            not_tensor=f"{case}: fn must return a tensor, got {{got}}",
+            expected=f"{case}: the output must have shape {(B, T, d)}, got {{got}}",
+            otherwise="output differs from softmax(Q Kᵀ / √d, blocked scores at -inf) V by up "
+            "to {diff}",
         )
     _check_fully_masked_row(fn, generator)
     passed(
@@ -256,9 +239,6 @@ def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
         f"matches the reference on {len(cases) + 1} cases, a query that sees no key included.",
     )
 
-
-# ---------------------------------------------------------------------------------------
-# Exercise 3: a numerically stable softmax
 
 # Float32 rounding of scores near 1000 (an ulp is 6e-5) reaches 1e-4 in a correct answer
 # (one through logsumexp, say); a float16 output rounds by up to 2.4e-4.
@@ -287,29 +267,37 @@ def _softmax_cases(generator: torch.Generator) -> list[tuple[str, Tensor, int]]:
     ]
 
 
-def _softmax_mistake(x: Tensor, dim: int, got: Tensor) -> str | None:
-    """The explanation of a wrong ``got = softmax(x, dim)``, or None if none fits."""
-    for other in range(x.dim()):
-        if other != dim % x.dim() and close(got, x.double().softmax(other), _SOFTMAX_ATOL):
-            return (
-                f"you normalised along dim={other}, not dim={dim}: the slices along dim "
-                f"must sum to 1"
-            )
-    if torch.isfinite(got).all():
-        return None
+def _softmax_slips(x: Tensor, dim: int) -> list[tuple[str, Any]]:
+    """What the usual wrong softmaxes return, or a test that recognises them."""
     shifted = (x.double() - x.double().max()).exp()  # one max for the whole tensor
-    if torch.allclose(got.double(), shifted / shifted.sum(dim, keepdim=True), equal_nan=True):
-        return (
+    one_max = shifted / shifted.sum(dim, keepdim=True)
+    return [
+        *[
+            (
+                f"you normalised along dim={other}, not dim={dim}: the slices along dim "
+                f"must sum to 1.",
+                x.double().softmax(other),
+            )
+            for other in range(x.dim())
+            if other != dim % x.dim()
+        ],
+        (
             "you subtracted one maximum for the whole tensor: in a slice far below it "
             "every exp underflows to 0, and 0/0 = nan. Subtract the maximum of each "
-            "slice along dim, x.max(dim, keepdim=True).values"
-        )
-    return (
-        "your output has nan or inf: exp overflows for scores above about 88 in float32 "
-        "(709 in float64), and underflows to 0 for very negative ones, so exp(x) / sum "
-        "gives inf/inf or 0/0. Subtract the maximum along dim first: softmax(x) = "
-        "softmax(x - max), and then the largest exp is exp(0) = 1"
-    )
+            "slice along dim, x.max(dim, keepdim=True).values.",
+            lambda got: (
+                not torch.isfinite(got).all()
+                and torch.allclose(got.double(), one_max, equal_nan=True)
+            ),
+        ),
+        (
+            "your output has nan or inf: exp overflows for scores above about 88 in float32 "
+            "(709 in float64), and underflows to 0 for very negative ones, so exp(x) / sum "
+            "gives inf/inf or 0/0. Subtract the maximum along dim first: softmax(x) = "
+            "softmax(x - max), and then the largest exp is exp(0) = 1.",
+            lambda got: not torch.isfinite(got).all(),
+        ),
+    ]
 
 
 @checker
@@ -320,34 +308,40 @@ def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
     must sum to 1. Scores near +1000 or -1000, slices at very different levels and
     ``-inf`` entries (at least one finite entry per slice) must all give the softmax.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_stable_softmax(torch.softmax)
         Correct! check_stable_softmax: matches torch.softmax on 7 cases, scores near ±1000
         and -inf included.
     """
-    generator = torch.Generator().manual_seed(0)
-    cases = _softmax_cases(generator)
+    cases = _softmax_cases(torch.Generator().manual_seed(0))
     for what, x, dim in cases:
         case = f"case {what}"
-        got = _check_output(call_safely(fn, (x.clone(), dim), case), tuple(x.shape), case)
-        want = x.double().softmax(dim)
-        if close(got, want, _SOFTMAX_ATOL):
-            continue
-        explanation = _softmax_mistake(x, dim, got)
-        if explanation is None:
-            diff = (got.double() - want).abs().max().item()
-            explanation = (
-                f"the output differs from the softmax by up to {diff:.3g}; compute "
-                f"exp(x - max) / sum, both the max and the sum along dim with keepdim=True"
-            )
-        raise AssertionError(f"{case}: {explanation}.")
+        grade_tensor(
+            fn,
+            (x, dim),
+            x.double().softmax(dim),
+            case,
+            _softmax_slips,
+            not_tensor=f"{case}: fn must return a tensor, got {{got}}",
+            expected=f"{case}: the output must have shape {tuple(x.shape)}, got {{got}}",
+            otherwise="the output differs from the softmax by up to {diff}; compute "
+            "exp(x - max) / sum, both the max and the sum along dim with keepdim=True.",
+            atol=_SOFTMAX_ATOL,
+        )
     passed(
         "check_stable_softmax",
         f"matches torch.softmax on {len(cases)} cases, scores near ±1000 and -inf included.",
     )
+
+
+def _weights_mib(image_size: int, heads: bool = True, class_token: bool = True) -> float:
+    """MiB of one layer's float32 attention weights ``(1, h, T, T)`` of ViT-B/16 at
+    ``image_size``; ``heads`` or ``class_token`` False leave that factor out (a slip)."""
+    config = dataclasses.replace(PRESETS["vit_base_patch16_224"], image_size=image_size)
+    gh, gw = patch_grid(config.image_size, config.patch_size)
+    tokens = gh * gw + int(class_token and config.class_token)
+    float32_bytes = torch.empty((), dtype=torch.float32).element_size()
+    return (config.num_heads if heads else 1) * tokens**2 * float32_bytes / 2**20
 
 
 @checker
@@ -360,15 +354,39 @@ def check_attention_memory_prediction(predicted_mib: Any) -> None:
     usual slips (no heads, growth with T instead of T², 2 bytes per entry, both T×T
     matrices of the explicit path) are named.
 
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
-
     Example:
         >>> check_attention_memory_prediction(15)
         Correct! check_attention_memory_prediction: you predicted 15 MiB; measured:
         15.2 (12 heads · 577² float32 entries).
     """
-    actual, slips, source = memory_slips()
+    actual, at_224 = _weights_mib(384), _weights_mib(224)
+    h, p = PRESETS["vit_base_patch16_224"].num_heads, PRESETS["vit_base_patch16_224"].patch_size
+    tokens = {size: patch_grid(size, p)[0] ** 2 + 1 for size in (224, 384)}
+    growth = tokens[384] / tokens[224]
+    slips = [
+        (
+            f"you left out the heads: each of the {h} heads has its own T × T weights, so the "
+            f"tensor is (1, {h}, T, T)",
+            _weights_mib(384, heads=False),
+        ),
+        (
+            f"you scaled the 224×224 size ({at_224:.2f} MiB) with the number of tokens "
+            f"(×{growth:.2f}); the weights are a T × T matrix, so they grow with the "
+            f"square: ×{growth**2:.2f}",
+            at_224 * growth,
+        ),
+        (
+            "you counted 2 bytes per entry (float16 or bfloat16); the question is about "
+            "float32, 4 bytes",
+            actual / 2,
+        ),
+        (
+            "that is two T × T tensors, the scaled scores and the weights, which the explicit "
+            "path holds at once; the question asks for the weights alone",
+            2 * actual,
+        ),
+        ("you counted bits: a float32 entry takes 4 bytes, not 32", actual * 8),
+    ]
     grade_prediction(
         "check_attention_memory_prediction",
         "predicted_mib",
@@ -377,5 +395,5 @@ def check_attention_memory_prediction(predicted_mib: Any) -> None:
         what="MiB",
         tolerance=0.1,
         slips=slips,
-        source=source,
+        source=f"{h} heads · {tokens[384]}² float32 entries",
     )

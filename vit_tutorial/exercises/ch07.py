@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -12,15 +14,16 @@ from torch import Tensor
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.axial import along_axis, attention_flops, axial_mask
 from vit_tutorial.exercises._common import (
+    as_mask,
     as_number,
     call_safely,
     checker,
-    close,
-    grade_prediction,
+    diagnose,
+    grade_answer,
     kind_of,
     passed,
-    zero_one_mask,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 
 __all__ = [
     "check_axial_attention",
@@ -32,34 +35,33 @@ __all__ = [
 Attend = Callable[[Tensor], Tensor]
 
 
-def _diagnose(got: Tensor, want: Tensor, x: Tensor, attend: Attend, axis: str) -> str:
-    """Why ``got`` differs from ``want`` on the grid ``x`` of shape ``(B, Gh, Gw, D)``."""
+def _axial_slips(x: Tensor, attend: Attend, axis: str) -> list[tuple[str, Tensor]]:
+    """What the usual wrong folds return on the grid ``x`` of shape ``(B, Gh, Gw, D)``."""
     B, gh, gw, D = x.shape
+    line = "column" if axis == "height" else "row"
     with torch.no_grad():
         other = along_axis(x, attend, "width" if axis == "height" else "height")
         folded_by_reshape = attend(x.reshape(-1, gh, D)).reshape(x.shape)
         full = attend(x.reshape(B, gh * gw, D)).reshape(x.shape)
-    if close(got, other):
-        line = "column" if axis == "height" else "row"
-        return (
+    reshaped = (
+        f"x.reshape(B·Gw, Gh, D) does not gather columns: in memory the grid is "
+        f"row-major, so reshape cuts it into runs of {gh} consecutive tokens of a row. "
+        f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
+        f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
+    )
+    return [
+        (
             f"you attended along the other axis; 'height' means each token attends "
             f"to the tokens above and below it (its column), 'width' to its row; here each "
-            f"token must see its {line}"
-        )
-    if axis == "height" and close(got, folded_by_reshape):
-        return (
-            f"x.reshape(B·Gw, Gh, D) does not gather columns: in memory the grid is "
-            f"row-major, so reshape cuts it into runs of {gh} consecutive tokens of a row. "
-            f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
-            f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
-        )
-    if close(got, full):
-        return "every token attended to the whole grid; axial attention attends along one axis only"
-    diff = (got - want).abs().max().item()
-    return (
-        f"the output differs from the reference by up to {diff:.3g}; check that the "
-        f"fold and the unfold are inverse patterns (same order of b and the folded axis)"
-    )
+            f"token must see its {line}",
+            other,
+        ),
+        *([(reshaped, folded_by_reshape)] if axis == "height" else []),
+        (
+            "every token attended to the whole grid; axial attention attends along one axis only",
+            full,
+        ),
+    ]
 
 
 @checker
@@ -70,9 +72,6 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     :class:`~vit_tutorial.attention.MultiHeadSelfAttention`). ``fn`` must apply it along
     the columns (``axis='height'``) or the rows (``axis='width'``) of the grid and return
     the result in the layout of ``x``.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_axial_attention(along_axis)
@@ -89,17 +88,49 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
             got = fn(x.clone(), attend, axis)
             want = along_axis(x, attend, axis)
         case = f"grid {gh}×{gw}, axis={axis!r}"
-        if not isinstance(got, Tensor):
-            raise AssertionError(f"fn must return a tensor, got {type(got).__name__}")
-        if got.shape != x.shape:
-            raise AssertionError(
-                f"{case}: the output must keep the input's layout {tuple(x.shape)} = (B, Gh, Gw, "
-                f"D), got {tuple(got.shape)}; unfold the columns or rows back onto the grid"
-            )
-        if close(got, want):
-            continue
-        raise AssertionError(f"{case}: {_diagnose(got, want, x, attend, axis)}")
+        grade_answer(
+            got,
+            want,
+            case,
+            functools.partial(_axial_slips, x, attend, axis),
+            not_tensor="fn must return a tensor, got {got}",
+            expected=f"{case}: the output must keep the input's layout {tuple(x.shape)} = (B, "
+            "Gh, Gw, D), got {got}; unfold the columns or rows back onto the grid",
+            otherwise="the output differs from the reference by up to {diff}; check that the "
+            "fold and the unfold are inverse patterns (same order of b and the folded axis)",
+        )
     passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
+
+
+def _score_slips(gh: int, gw: int) -> list[tuple[str, Any]]:
+    """Tests that recognise the usual wrong counts of the scores on a ``Gh × Gw`` grid."""
+    n = gh * gw
+    slips = [
+        (
+            "that is N², the cost of full attention: in the height layer each of the N "
+            "tokens scores only the Gh tokens of its column, in the width layer only "
+            "the Gw tokens of its row",
+            n * n,
+        ),
+        ("you counted the height layer only; add the width layer's N·Gw scores", n * gh),
+        ("you counted the width layer only; add the height layer's N·Gh scores", n * gw),
+        ("2·N·√N holds for square grids only; count N·Gh + N·Gw", 2 * n * math.sqrt(n)),
+        (
+            "that is one column plus one row; every column and every row "
+            "attends, N·Gh + N·Gw in all",
+            gh * gh + gw * gw,
+        ),
+        (
+            "that counts the distinct keys a token reaches; but each token "
+            "scores itself in both layers, so the layers compute N·(Gh + Gw)",
+            n * (gh + gw - 1),
+        ),
+    ]
+    return [(why, functools.partial(_within_half, count)) for why, count in slips]
+
+
+def _within_half(count: float, got: float) -> bool:
+    return abs(got - count) < 0.5
 
 
 @checker
@@ -108,9 +139,6 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
 
     One axial layer is a height layer and a width layer. The answer counts the
     (query, key) scores of both, for one image and one head, on a ``Gh × Gw`` grid.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_axial_scores(lambda gh, gw: gh * gw * (gh + gw))
@@ -123,30 +151,8 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
             raise AssertionError(f"{case}: return a number, got {kind_of(answer)}")
         if got == want:
             continue
-        mistakes = [
-            (
-                n * n,
-                "that is N², the cost of full attention: in the height layer each of the N "
-                "tokens scores only the Gh tokens of its column, in the width layer only "
-                "the Gw tokens of its row",
-            ),
-            (n * gh, "you counted the height layer only; add the width layer's N·Gw scores"),
-            (n * gw, "you counted the width layer only; add the height layer's N·Gh scores"),
-            (2 * n * math.sqrt(n), "2·N·√N holds for square grids only; count N·Gh + N·Gw"),
-            (
-                gh * gh + gw * gw,
-                "that is one column plus one row; every column and every row "
-                "attends, N·Gh + N·Gw in all",
-            ),
-            (
-                n * (gh + gw - 1),
-                "that counts the distinct keys a token reaches; but each token "
-                "scores itself in both layers, so the layers compute N·(Gh + Gw)",
-            ),
-        ]
-        for value, explanation in mistakes:
-            if abs(got - value) < 0.5:
-                raise AssertionError(f"{case}: got {got}; {explanation}.")
+        if why := diagnose(got, _score_slips(gh, gw), ""):
+            raise AssertionError(f"{case}: got {got}; {why}.")
         raise AssertionError(
             f"{case}: got {got}, expected {want} (height layer N·Gh = {n * gh}, "
             f"width layer N·Gw = {n * gw})"
@@ -154,8 +160,8 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
     passed("check_axial_scores", "N·(Gh + Gw) scores, against N² for full attention.")
 
 
-def _mask_mistakes(grid_size: tuple[int, int], axis: str) -> list[tuple[Tensor, str]]:
-    """Masks of the usual mistakes on a ``Gh × Gw`` grid, each with its explanation."""
+def _mask_slips(grid_size: tuple[int, int], axis: str) -> list[tuple[str, Tensor]]:
+    """The masks of the usual mistakes on a ``Gh × Gw`` grid."""
     gh, gw = grid_size
     other = "width" if axis == "height" else "height"
     line = "column" if axis == "height" else "row"
@@ -165,60 +171,58 @@ def _mask_mistakes(grid_size: tuple[int, int], axis: str) -> list[tuple[Tensor, 
     want = axial_mask(grid_size, axis)
     return [
         (
+            "the mask is inverted: True must mean 'may attend', for the tokens of the query's own "
+            f"{line}, as attn_bias of MultiHeadSelfAttention reads a boolean mask",
             ~want,
-            f"the mask is inverted: True must mean 'may attend', for the tokens of the "
-            f"query's own {line}, as attn_bias of MultiHeadSelfAttention reads a "
-            f"boolean mask",
         ),
         (
-            axial_mask(grid_size, other),
             f"that is the {other!r} mask: 'height' lets a token attend to the tokens above "
             f"and below it (its column, the same column index), 'width' to those beside "
             f"it (its row); here each token must see its {line}",
+            axial_mask(grid_size, other),
         ),
         (
-            by_column_major[:, None] == by_column_major[None, :],
             f"you numbered the tokens column-major (n = column·Gh + row); the grid is "
             f"flattened row-major, as PatchEmbedding and reshape do: token n is at row "
             f"n // Gw and column n % Gw, with Gw = {gw}",
+            by_column_major[:, None] == by_column_major[None, :],
         ),
         (
-            want | axial_mask(grid_size, other),
             "that is the union of both masks (same row or same column), the pattern of "
             "criss-cross attention; one axial layer attends along one axis only",
+            want | axial_mask(grid_size, other),
         ),
         (
-            torch.ones_like(want),
             "every token may attend to every other one: that is full attention",
+            torch.ones_like(want),
         ),
     ]
 
 
-def _as_mask(got: object, what: str, shape: tuple[int, int]) -> Tensor:
-    """The learner's answer as a boolean tensor of ``shape``, or an AssertionError."""
-    if not isinstance(got, Tensor):
-        try:
-            got = torch.as_tensor(got)
-        except (TypeError, ValueError, RuntimeError):
-            raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}") from None
-    if tuple(got.shape) != shape:
-        hint = (
-            "; flatten the grid's two axes into one, row-major"
-            if got.numel() == shape[0] * shape[1]
-            else ""
-        )
-        raise AssertionError(
-            f"{what}: the mask must have shape (N, N) = {shape}, one row per query "
-            f"token and one column per key token, got {tuple(got.shape)}{hint}"
-        )
-    if got.dtype == torch.bool:
-        return got
-    if got.is_floating_point() and torch.isinf(got).any():
-        raise AssertionError(
-            f"{what}: that is an additive bias (0 where allowed, -inf where not); return "
-            f"a boolean mask, True where a token may attend"
-        )
-    return zero_one_mask(got, what)
+def _mask_shape(what: str, N: int, got: Tensor) -> str:
+    """Why ``got`` is no ``(N, N)`` mask."""
+    flatten = "; flatten the grid's two axes into one, row-major" if got.numel() == N * N else ""
+    return (
+        f"{what}: the mask must have shape (N, N) = {(N, N)}, one row per query "
+        f"token and one column per key token, got {tuple(got.shape)}{flatten}"
+    )
+
+
+def _wrong_entries(want: Tensor, gw: int, got: Tensor) -> str:
+    """How many entries of the mask ``got`` are wrong, and the first of them."""
+    n, m = (got != want).nonzero()[0].tolist()
+    return (
+        f"{int((got != want).sum())} of {want.numel()} entries are wrong, e.g. "
+        f"mask[{n}, {m}] should be {bool(want[n, m])}: token {n} is at (row, column) "
+        f"{(n // gw, n % gw)} and token {m} at {(m // gw, m % gw)}"
+    )
+
+
+_ADDITIVE = (
+    lambda got: torch.isinf(got).any(),
+    "that is an additive bias (0 where allowed, -inf where not); return "
+    "a boolean mask, True where a token may attend",
+)
 
 
 @checker
@@ -230,31 +234,32 @@ def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
     token ``m``, that is when both lie in the same column (``axis='height'``) or the same
     row (``axis='width'``). A boolean tensor, or any tensor of 1s and 0s, is accepted.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_axial_mask(axial_mask)
         Correct! check_axial_mask: same as axial_mask on 3 grids and both axes.
     """
     grids = [(3, 5), (4, 4), (1, 6)]  # the first, not square, tells the mistakes apart
-    for gh, gw in grids:
-        for axis in ("height", "width"):
-            what = f"grid_size=({gh}, {gw}), axis={axis!r}"
-            N = gh * gw
-            got = _as_mask(call_safely(fn, ((gh, gw), axis), what), what, (N, N))
-            want = axial_mask((gh, gw), axis)
-            if torch.equal(got, want):
-                continue
-            for wrong, explanation in _mask_mistakes((gh, gw), axis):
-                if torch.equal(got, wrong):
-                    raise AssertionError(f"{what}: {explanation}")
-            n, m = (got != want).nonzero()[0].tolist()
-            raise AssertionError(
-                f"{what}: {int((got != want).sum())} of {N * N} entries are wrong, e.g. "
-                f"mask[{n}, {m}] should be {bool(want[n, m])}: token {n} is at (row, column) "
-                f"{(n // gw, n % gw)} and token {m} at {(m // gw, m % gw)}"
-            )
+    for (gh, gw), axis in itertools.product(grids, ("height", "width")):
+        what, N, want = (
+            f"grid_size=({gh}, {gw}), axis={axis!r}",
+            gh * gw,
+            axial_mask((gh, gw), axis),
+        )
+        got = call_safely(fn, ((gh, gw), axis), what)
+        if not isinstance(got, Tensor):
+            try:
+                got = torch.as_tensor(got)
+            except (TypeError, ValueError, RuntimeError):
+                raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}") from None
+        grade_answer(
+            as_mask(got, (N, N), what, functools.partial(_mask_shape, what, N), _ADDITIVE),
+            want,
+            what,
+            functools.partial(_mask_slips, (gh, gw), axis),
+            expected="",
+            otherwise=functools.partial(_wrong_entries, want, gw),
+            atol=0.0,
+        )
     passed("check_axial_mask", f"same as axial_mask on {len(grids)} grids and both axes.")
 
 
@@ -267,9 +272,6 @@ def check_axial_flops_prediction(predicted_ratio: Any) -> None:
     'axial')`` is an exact count: 0.559, so the axial layer costs *more*. A prediction within
     ±10% passes; the usual slips (counting the scores alone, the projections alone, one set of
     projections for the axial layer, this chapter's D = 64, the inverse ratio) are named.
-
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
 
     Example:
         >>> check_axial_flops_prediction(0.55)

@@ -1,16 +1,17 @@
 """Checkers for chapter 11, the ViT of the mid-2020s: the patch grid behind register tokens, the
 parameters LayerScale adds, the shapes inside the MAP head, and how large a logit QK-norm allows.
 
-The answers that are a tensor, a count or a shape are graded by one comparison, ``_grade``:
-the answer against the package's, then against what each usual slip returns, whose explanation
-it raises. Shapes: B batch, T tokens, p prefix tokens, D width, h heads, d = D/h, Gh×Gw grid.
+The answers that are a tensor, a count or a shape are graded by one comparison, ``_grade``
+(the checkers' shared ``grade_answer``): the answer against the package's, then against what
+each usual slip returns, whose explanation it raises. Shapes: B batch, T tokens, p prefix
+tokens, D width, h heads, d = D/h, Gh×Gw grid.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -22,15 +23,18 @@ from torch.overrides import TorchFunctionMode
 from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.backbone import to_format
 from vit_tutorial.exercises._common import (
+    Slips,
     as_number,
     call_safely,
     checker,
     close,
-    grade_prediction,
+    diagnose,
+    grade_answer,
     kind_of,
     passed,
     shape_of,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.modern import AttentionPool
 from vit_tutorial.vit import VisionTransformer, ViTConfig
 
@@ -53,30 +57,30 @@ def _shown(value: Any) -> str:
     return str(tuple(value) if isinstance(value, tuple) else value)
 
 
-def _same(got: Any, want: Any) -> bool:
-    """Equal: tensors of one shape and the same values (exactly), or equal counts or shapes."""
-    if isinstance(want, Tensor):
-        return close(got, want, atol=0.0)
-    return bool(got == want)
-
-
-def _grade(
-    what: str, got: Any, want: Any, slips: Iterable[tuple[str, Any]] = (), otherwise: str = ""
-) -> None:
-    """Pass when ``got`` is ``want``; else raise an :class:`AssertionError` that shows both when
-    they differ in shape or number, with the explanation of the first of ``slips`` that ``got``
-    is, or ``otherwise``. ``want`` is a tensor, an int or a shape (a tuple)."""
+def _grade(what: str, got: Any, want: Any, slips: Slips = (), otherwise: str = "") -> None:
+    """Grade ``got``, a tensor, a count or a shape, against ``want`` (:func:`grade_answer`):
+    one of another shape or number is shown beside ``want``, with the explanation of the slip it
+    is, or ``otherwise``."""
     kind = next(k for k in _KINDS if isinstance(want, k))
     if kind is numbers.Integral and (n := as_number(got)) is not None and float(n).is_integer():
         got = int(n)  # a NumPy int, a 0-d tensor of one, 384.0: a count
     if not isinstance(got, kind) or isinstance(got, bool):
         raise AssertionError(f"{what}: return {_KINDS[kind]}, got {kind_of(got)}")
-    if _same(got, want):
-        return
-    hint = next((why for why, wrong in slips if _same(got, wrong)), None)
-    if _shown(got) != _shown(want):  # another shape, or another number
-        hint = f"expected {_shown(want)}, got {_shown(got)}; {hint or otherwise}"
-    raise AssertionError(f"{what}: {hint or 'the shape is right but not the values; ' + otherwise}")
+    slips = list(slips)
+
+    def expected(got: Any) -> str:
+        why = diagnose(got, slips, otherwise, atol=0.0)
+        return f"{what}: expected {_shown(want)}, got {_shown(got)}; {why}"
+
+    grade_answer(
+        got,
+        want,
+        what,
+        slips,
+        expected=expected,
+        otherwise="the shape is right but not the values; " + otherwise,
+        atol=0.0,
+    )
 
 
 def _prefix_to_grid(tokens: Tensor, num_prefix_tokens: int, grid_size: tuple[int, int]) -> Tensor:
@@ -148,9 +152,6 @@ def check_prefix_to_grid(fn: Callable[[Tensor, int, tuple[int, int]], Tensor]) -
     ``(Gh, Gw)``. The answer drops every prefix token and lays the patches out channels first,
     as timm's ``forward_intermediates`` (``output_fmt='NCHW'``) does.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_prefix_to_grid(_prefix_to_grid)
         Correct! check_prefix_to_grid: every prefix token dropped, the patches row-major,
@@ -193,9 +194,6 @@ def check_layer_scale_parameters(fn: Callable[[int, int], int]) -> None:
     The count is that of :class:`~vit_tutorial.vit.VisionTransformer` with ``init_values``
     less the same model without (built on the meta device): each block scales both residual
     branches, attention and MLP, with a γ of its own (timm's ``ls1.gamma``, ``ls2.gamma``).
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_layer_scale_parameters(_layer_scale_count)
@@ -313,9 +311,6 @@ def check_map_head_shapes(fn: Callable[[int, int, int, int], Mapping[str, tuple]
     ``AttentionPoolLatent``, one learned query), and of the ``"pooled"`` vectors it returns,
     each measured on the package's head.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_map_head_shapes(_map_shapes)
         Correct! check_map_head_shapes: one learned query per head attends over the T
@@ -355,9 +350,6 @@ def check_qk_norm_logit_prediction(predicted_max_logit: Any) -> None:
     and keys 10,000 times the size of unit vectors: without QK-norm it grows with their square,
     with it stays near 8. A prediction within ±5% passes; the usual slips (d, 1, 1/√d, no
     bound at all) are named.
-
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
 
     Example:
         >>> check_qk_norm_logit_prediction(8)

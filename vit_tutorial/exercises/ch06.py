@@ -17,12 +17,12 @@ from vit_tutorial.exercises._common import (
     call_safely,
     checker,
     close,
-    diagnose,
     expect_number,
-    grade_prediction,
+    grade_loss,
     passed,
     scalar_loss,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.notebook import repository_file
 from vit_tutorial.vit import VisionTransformer
 
@@ -46,9 +46,6 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
     warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (S - w))) / 2``, with
     ``w = warmup_steps`` and ``S = total_steps``. The answer is compared with the rates the
     torch schedulers actually produce.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_lr_schedule(_lr_at)
@@ -118,9 +115,8 @@ def _as_groups(groups: Any) -> list[dict]:
         params = g["params"]
         if isinstance(params, set):
             raise AssertionError(
-                "a group's 'params' is a set, which torch.optim refuses: a set's "
-                "order changes from run to run, and the optimiser's state with "
-                "it; use a list"
+                "a group's 'params' is a set, which torch.optim refuses: a set's order changes "
+                "from run to run, and the optimiser's state with it; use a list"
             )
         normalised.append({**g, "params": [params] if isinstance(params, Tensor) else list(params)})
     return normalised
@@ -182,9 +178,8 @@ def _diagnose_decay(model: nn.Module, decayed: set[str], want_decayed: set[str])
         )
     if wrongly_exempt:
         hints.append(
-            f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only "
-            "parameters with fewer than 2 dimensions, and the no_weight_decay() "
-            "names, are exempt"
+            f"weight matrices escape decay ({sorted(wrongly_exempt)[:3]}...): only parameters with "
+            "fewer than 2 dimensions, and the no_weight_decay() names, are exempt"
         )
     return "; and ".join(hints)
 
@@ -199,9 +194,6 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
     kernels) get ``weight_decay``; biases, normalisation weights and the names in
     ``model.no_weight_decay()`` (class token, position embeddings) get ``weight_decay=0``.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_param_groups(param_groups)
         Correct! check_param_groups: 2 models, every parameter in the right group.
@@ -215,6 +207,9 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         if decayed != want_decayed:
             raise AssertionError(_diagnose_decay(model, decayed, want_decayed))
     passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")
+
+
+_PER_IMAGE = "take their mean over the batch, a single number"
 
 
 def _smoothed_cross_entropy(logits: Tensor, targets: Tensor, smoothing: float) -> Tensor:
@@ -237,35 +232,47 @@ def _target(targets: Tensor, K: int, on_true: float, elsewhere: float) -> Tensor
     return q
 
 
-def _smoothing_mistakes(logits: Tensor, targets: Tensor, eps: float) -> dict[str, Tensor]:
-    """The loss that each usual mistake computes, keyed by its explanation."""
+def _smoothing_slips(logits: Tensor, targets: Tensor, eps: float) -> list[tuple[str, Tensor]]:
+    """The loss that each usual mistake computes."""
     logits = logits.double()
     K, log_p = logits.shape[-1], logits.log_softmax(dim=-1)
     q = _target(targets, K, 1 - eps + eps / K, eps / K)
     want = _loss(q, log_p)
-    over_k_minus_1 = _target(targets, K, 1 - eps, eps / (K - 1))
-    return {
-        f"you spread ε over the K - 1 = {K - 1} other classes; the target puts ε/K on "
-        "every class, the true one included: q_k = (1 - ε)·[k = y] + ε/K": _loss(
-            over_k_minus_1, log_p
+    return [
+        (
+            f"you spread ε over the K - 1 = {K - 1} other classes; the target puts ε/K on "
+            "every class, the true one included: q_k = (1 - ε)·[k = y] + ε/K",
+            _loss(_target(targets, K, 1 - eps, eps / (K - 1)), log_p),
         ),
-        "the true class must get 1 - ε + ε/K, not 1 - ε: it gets its share ε/K of the "
-        "smoothing too": _loss(_target(targets, K, 1 - eps, eps / K), log_p),
-        "you used the probabilities p where the loss takes their logarithm: "
-        "-Σ q_k log p_k, with log p from log_softmax(dim=-1)": _loss(q, log_p.exp()),
-        "the smoothing is missing: this is the cross-entropy of the one-hot target": _loss(
-            _target(targets, K, 1.0, 0.0), log_p
+        (
+            "the true class must get 1 - ε + ε/K, not 1 - ε: it gets its share ε/K of the "
+            "smoothing too",
+            _loss(_target(targets, K, 1 - eps, eps / K), log_p),
         ),
-        "the log-softmax runs over the batch (dim=0): it must run over the classes (dim=-1)": _loss(
-            q, logits.log_softmax(dim=0)
+        (
+            "you used the probabilities p where the loss takes their logarithm: "
+            "-Σ q_k log p_k, with log p from log_softmax(dim=-1)",
+            _loss(q, log_p.exp()),
         ),
-        "you summed the losses of the batch: take their mean, as F.cross_entropy does": (
-            want * len(targets)
+        (
+            "the smoothing is missing: this is the cross-entropy of the one-hot target",
+            _loss(_target(targets, K, 1.0, 0.0), log_p),
         ),
-        "you averaged over the K classes: sum q_k log p_k over the classes, then average "
-        "over the batch": want / K,
-        "the sign is wrong: the loss is -Σ q_k log p_k, which is positive": -want,
-    }
+        (
+            "the log-softmax runs over the batch (dim=0): it must run over the classes (dim=-1)",
+            _loss(q, logits.log_softmax(dim=0)),
+        ),
+        (
+            "you summed the losses of the batch: take their mean, as F.cross_entropy does",
+            want * len(targets),
+        ),
+        (
+            "you averaged over the K classes: sum q_k log p_k over the classes, then average "
+            "over the batch",
+            want / K,
+        ),
+        ("the sign is wrong: the loss is -Σ q_k log p_k, which is positive", -want),
+    ]
 
 
 @checker
@@ -277,9 +284,6 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
     ``q_k = (1 - ε)·[k = y] + ε/K`` and ``p = softmax(logits)``: a 0-dimensional tensor,
     equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_smoothed_cross_entropy(_smoothed_cross_entropy)
         Correct! check_smoothed_cross_entropy: equal to torch's F.cross_entropy with
@@ -288,18 +292,15 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
     cases = [(6, 10, 0.1), (4, 3, 0.3), (5, 7, 0.0)]  # B, K, ε
     for B, K, eps in cases:
         logits, targets = 3 * torch.randn(B, K), torch.randint(K, (B,))
-        where = f"B={B} images, K={K} classes, smoothing={eps}"
-        got = call_safely(fn, (logits.clone(), targets.clone(), eps), where)
-        want = F.cross_entropy(logits, targets, label_smoothing=eps)
-        got = scalar_loss(got, where, B, "take their mean over the batch, a single number")
-        if close(got, want, atol=1e-5):
-            continue
-        hint = diagnose(
-            got,
-            _smoothing_mistakes(logits, targets, eps).items(),
-            "compare with the formula of the chapter, term by term",
+        grade_loss(
+            fn,
+            (logits, targets, eps),
+            F.cross_entropy(logits, targets, label_smoothing=eps),
+            f"B={B} images, K={K} classes, smoothing={eps}",
+            _smoothing_slips,
+            per_image=_PER_IMAGE,
+            otherwise="compare with the formula of the chapter, term by term",
         )
-        raise AssertionError(f"for {where}: got {got.item():.4f}, want {want.item():.4f}; {hint}")
     _check_loss_trains(fn)
     passed(
         "check_smoothed_cross_entropy",
@@ -314,7 +315,7 @@ def _check_loss_trains(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
     targets = torch.tensor([1, 1])
     where = "logits [[120, 0, -5], [0, 3, 1]], targets [1, 1], smoothing=0.1"
     got = call_safely(fn, (logits.clone(), targets.clone(), 0.1), where)
-    got = scalar_loss(got, where, 2, "take their mean over the batch, a single number")
+    got = scalar_loss(got, where, 2, _PER_IMAGE)
     if not torch.isfinite(got):
         raise AssertionError(
             f"for {where}: your loss is {got.item()}; softmax underflows to 0 on such logits "
@@ -324,7 +325,7 @@ def _check_loss_trains(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
     targets = torch.randint(5, (4,))
     where = "B=4 images, K=5 classes, smoothing=0.1, logits that require a gradient"
     got = call_safely(fn, (logits, targets, 0.1), where, grad=True)
-    got = scalar_loss(got, where, 4, "take their mean over the batch, a single number")
+    got = scalar_loss(got, where, 4, _PER_IMAGE)
     if not got.requires_grad:
         raise AssertionError(
             f"for {where}: your loss has no gradient, so loss.backward() cannot reach the "
@@ -348,9 +349,6 @@ def check_no_position_prediction(predicted_wrong: Any) -> None:
     The same ViT with its learned table gets 44.6 wrong. A prediction within ±15% passes; the
     usual slips (no change, chance level, an accuracy or a percentage instead of a count of
     images) are named.
-
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
 
     Example:
         >>> check_no_position_prediction(90)

@@ -4,6 +4,7 @@ the encoder's tokens into one vector per image, and a prediction of what smaller
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +16,10 @@ from vit_tutorial.exercises._common import (
     checker,
     close,
     expect_number,
-    grade_prediction,
+    grade_tensor,
     passed,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, vit_flops
 
 __all__ = ["check_param_count", "check_predict", "check_pooling", "check_patch_flops_prediction"]
@@ -28,73 +30,74 @@ def _count(config: ViTConfig) -> int:
         return sum(p.numel() for p in VisionTransformer(config).parameters())
 
 
-def _mistakes(c: ViTConfig) -> dict[int, str]:
-    """What a formula is off by (got - right) for each usual mistake, with its explanation.
+def _by_offset(c: ViTConfig) -> dict[int, str]:
+    """The explanation of each amount (got - right) that a usual mistake puts a formula off by.
 
     Several parts can hold the same number of parameters, so a count that is off by one of
     them cannot tell which part is missing: the explanation then lists every candidate.
     """
     found: dict[int, list[str]] = {}
-    for delta, what in filter(lambda slip: slip[0] != 0, _slips(c)):
-        found.setdefault(delta, []).append(what)
+    for what, delta in _slips(c):
+        if delta != 0:
+            found.setdefault(delta, []).append(what)
     return {delta: "; or ".join(whats) for delta, whats in found.items()}
 
 
-def _slips(c: ViTConfig) -> list[tuple[int, str]]:
-    """The usual slips of a ViT parameter count: (got - right, what went wrong)."""
+def _slips(c: ViTConfig) -> list[tuple[str, int]]:
+    """The usual slips of a ViT parameter count: (what went wrong, got - right)."""
     D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
     G = c.image_size // c.patch_size  # the grid's side
     T = G * G + 1  # tokens: N = G² patches and the class token
     return [
         (
-            -D,
             "one D-vector is missing: the bias of the patch embedding (one per output "
             "channel of the conv), the class token, or its row of the position table (N + 1 rows "
             "for N patches)",
+            -D,
         ),
         (
-            -2 * D,
             "2·D numbers are missing: the final LayerNorm (after the last block, a scale "
             "γ and a shift β of D numbers each), or two D-vectors among the patch embedding's "
             "bias, the class token and its position row",
+            -2 * D,
         ),
-        (-T * D, "the position embeddings ((Gh·Gw + 1)·D) are missing"),
+        ("the position embeddings ((Gh·Gw + 1)·D) are missing", -T * D),
         (
-            -(G * G - G) * D,
             f"the grid has (H/P)² = {G * G} patches, not H/P = {G}: the position "
             "table has N + 1 rows",
+            -(G * G - G) * D,
         ),
         (
-            -(L * 4 * D + 2 * D),
             "the LayerNorms are missing: two per block and one at the end, "
             "each with a scale γ and a shift β of D numbers",
+            -(L * 4 * D + 2 * D),
         ),
         (
-            -(2 * L + 1) * D,
             "the LayerNorms' shifts β are missing: each LayerNorm has D of them "
             "besides its scale γ",
+            -(2 * L + 1) * D,
         ),
         (
-            -(D + L * (3 * D + D + r + D) + K),
             "the biases of the convolution and the Linear layers are missing",
+            -(D + L * (3 * D + D + r + D) + K),
         ),
-        (-3 * L * D, "the query, key and value biases are missing (qkv_bias=True: 3·D per block)"),
-        (-L * (r + D), "the MLP's two biases are missing (mlp_ratio·D + D numbers per block)"),
-        (-K, "the head's bias is missing (num_classes numbers)"),
-        (-(D * K + K), "the classification head (D·num_classes + num_classes) is missing"),
-        (-L * (D * D + D), "the attention's output projection (D² + D per block) is missing"),
+        ("the query, key and value biases are missing (qkv_bias=True: 3·D per block)", -3 * L * D),
+        ("the MLP's two biases are missing (mlp_ratio·D + D numbers per block)", -L * (r + D)),
+        ("the head's bias is missing (num_classes numbers)", -K),
+        ("the classification head (D·num_classes + num_classes) is missing", -(D * K + K)),
+        ("the attention's output projection (D² + D per block) is missing", -L * (D * D + D)),
         (
-            -(L * (2 * D * D + 2 * D)),
             "the attention's input projection makes queries, keys and "
             "values: 3·D² weights and 3·D biases, not D² + D",
+            -(L * (2 * D * D + 2 * D)),
         ),
         (
-            L * (4 * D - r) * (2 * D + 1),
             f"the MLP's hidden width is mlp_ratio·D = {r} here, not 4·D = {4 * D}",
+            L * (4 * D - r) * (2 * D + 1),
         ),
         (
-            -(c.in_channels - 1) * c.patch_size**2 * D,
             f"the patch embedding's kernel has C·P²·D weights: C = {c.in_channels} channels",
+            -(c.in_channels - 1) * c.patch_size**2 * D,
         ),
     ]
 
@@ -112,12 +115,12 @@ def _explain(fn: Callable[[ViTConfig], int], cases: list[ViTConfig], failing: Vi
     table = [_slips(c) for c in cases]
     fitting = [
         what
-        for i, (_, what) in enumerate(table[cases.index(failing)])
-        if all(off is None or slips[i][0] == off for slips, off in zip(table, offs))
+        for i, (what, _) in enumerate(table[cases.index(failing)])
+        if all(off is None or slips[i][1] == off for slips, off in zip(table, offs))
     ]
     general = "compare it term by term with the per-component table of the chapter"
     off = offs[cases.index(failing)]
-    return "; or ".join(fitting) if fitting else _mistakes(failing).get(off, general)
+    return "; or ".join(fitting) if fitting else _by_offset(failing).get(off, general)
 
 
 @checker
@@ -126,9 +129,6 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
 
     The configs have a class token, learned positions, a patch stem, ``qkv_bias=True`` and
     square images; the answer is compared with :class:`~vit_tutorial.vit.VisionTransformer`'s.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_param_count(_count)
@@ -219,9 +219,6 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
     turn the logits into probabilities with a softmax over the classes, and return the k
     largest with their class indices, both of shape ``(B, k)``.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_predict(_reference)
         Correct! check_predict: eval mode, no autograd graph, softmax over the classes, top 3.
@@ -264,51 +261,61 @@ def _pool(tokens: Tensor, pool: str, num_prefix_tokens: int) -> Tensor:
     return tokens[:, 0] if pool == "cls" else tokens[:, num_prefix_tokens:].mean(dim=1)
 
 
-def _pooling_shape_hint(got: Tensor, tokens: Tensor) -> str:
+def _pooling_shape(where: str, tokens: Tensor, got: Tensor) -> str:
     """Why ``got`` does not have the shape ``(B, D)`` of a pooled batch of ``tokens``."""
     B, T, D = tokens.shape
     if got.shape == (T, D):
         if close(got, tokens.mean(dim=0)):
-            return "you averaged over the batch axis (dim=0): average over the tokens, dim=1"
-        return "you indexed the batch axis: the tokens of image b are tokens[b], take tokens[:, i]"
-    if got.shape == (B, T):
-        return "you reduced the feature axis (dim=-1): each image keeps its D features"
-    if got.shape == (B, 1, D):
-        return "the token axis is still there: index it, tokens[:, 0], or mean(dim=1)"
-    return "pool over the token axis (dim=1) only"
+            hint = "you averaged over the batch axis (dim=0): average over the tokens, dim=1"
+        else:
+            hint = (
+                "you indexed the batch axis: the tokens of image b are tokens[b], take tokens[:, i]"
+            )
+    elif got.shape == (B, T):
+        hint = "you reduced the feature axis (dim=-1): each image keeps its D features"
+    elif got.shape == (B, 1, D):
+        hint = "the token axis is still there: index it, tokens[:, 0], or mean(dim=1)"
+    else:
+        hint = "pool over the token axis (dim=1) only"
+    return f"for {where}: expected shape (B, D) = (2, 8), got {tuple(got.shape)}; {hint}"
 
 
-def _pooling_value_hint(got: Tensor, tokens: Tensor, pool: str, k: int) -> str:
-    """The usual mistake that gives ``got`` for ``pool`` with ``k`` prefix tokens, if any."""
+def _pooling_slips(tokens: Tensor, pool: str, k: int) -> list[tuple[str, Tensor]]:
+    """What the usual wrong poolings return, for ``pool`` with ``k`` prefix tokens."""
     want = _pool(tokens, pool, k)
-    if close(got, torch.nn.functional.layer_norm(want, want.shape[-1:])):
-        return (
-            "you normalised the pooled vector: leave that to the model (forward_features "
-            "has normalised the tokens for 'cls'; fc_norm normalises the mean for 'mean')"
-        )
+    normalised = (
+        "you normalised the pooled vector: leave that to the model (forward_features "
+        "has normalised the tokens for 'cls'; fc_norm normalises the mean for 'mean')",
+        torch.nn.functional.layer_norm(want, want.shape[-1:]),
+    )
     if pool == "cls":
-        if close(got, tokens[:, -1]):
-            return "you took the last token: the class token is put in front, at index 0"
-        if close(got, tokens.mean(dim=1)) or close(got, tokens[:, k:].mean(dim=1)):
-            return "pool='cls' takes the class token alone, tokens[:, 0], not an average"
-        return "pool='cls' takes the class token, tokens[:, 0]"
-    if k > 0 and close(got, tokens.mean(dim=1)):
-        return (
-            f"you averaged the class token in: skip the num_prefix_tokens={k} prefix "
-            f"token(s) and average the patch tokens only, tokens[:, {k}:].mean(dim=1)"
-        )
-    if close(got, tokens[:, 1:].mean(dim=1)):
-        if k == 0:
-            return "you skipped token 0, but there is no prefix token here: average all T tokens"
-        return (
-            f"you skipped one token, but there are num_prefix_tokens={k} prefix tokens: "
-            f"average tokens[:, {k}:]"
-        )
-    if close(got, tokens[:, k:].sum(dim=1)):
-        return "you summed the patch tokens: divide by their number, or use mean(dim=1)"
-    if close(got, tokens[:, 0]):
-        return "pool='mean' averages the patch tokens; tokens[:, 0] is pool='cls'"
-    return f"pool='mean' is tokens[:, num_prefix_tokens:].mean(dim=1), here tokens[:, {k}:]"
+        average = "pool='cls' takes the class token alone, tokens[:, 0], not an average"
+        return [
+            normalised,
+            ("you took the last token: the class token is put in front, at index 0", tokens[:, -1]),
+            (average, tokens.mean(dim=1)),
+            (average, tokens[:, k:].mean(dim=1)),
+        ]
+    skipped = (
+        "you skipped token 0, but there is no prefix token here: average all T tokens"
+        if k == 0
+        else f"you skipped one token, but there are num_prefix_tokens={k} prefix tokens: "
+        f"average tokens[:, {k}:]"
+    )
+    class_token_in = (
+        f"you averaged the class token in: skip the num_prefix_tokens={k} prefix "
+        f"token(s) and average the patch tokens only, tokens[:, {k}:].mean(dim=1)"
+    )
+    return [
+        normalised,
+        *([(class_token_in, tokens.mean(dim=1))] if k > 0 else []),
+        (skipped, tokens[:, 1:].mean(dim=1)),
+        (
+            "you summed the patch tokens: divide by their number, or use mean(dim=1)",
+            tokens[:, k:].sum(dim=1),
+        ),
+        ("pool='mean' averages the patch tokens; tokens[:, 0] is pool='cls'", tokens[:, 0]),
+    ]
 
 
 @checker
@@ -322,9 +329,6 @@ def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
     there it averages all T tokens. No LayerNorm: the model applies it before ('cls') or
     after ('mean') the pooling.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_pooling(_pool)
         Correct! check_pooling: the class token, or the mean of the patch tokens, on 5 cases.
@@ -333,16 +337,19 @@ def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
     for pool, k, T in cases:
         tokens = torch.randn(2, T, 8)
         where = f"pool={pool!r}, num_prefix_tokens={k}, tokens of shape (B, T, D) = (2, {T}, 8)"
-        got = call_safely(fn, (tokens.clone(), pool, k), where)
-        if not isinstance(got, Tensor):
-            raise AssertionError(f"for {where}: return a tensor, got {type(got).__name__}")
-        if got.shape != (2, 8):
-            hint = _pooling_shape_hint(got, tokens)
-            raise AssertionError(
-                f"for {where}: expected shape (B, D) = (2, 8), got {tuple(got.shape)}; {hint}"
-            )
-        if not close(got, _pool(tokens, pool, k)):
-            raise AssertionError(f"for {where}: {_pooling_value_hint(got, tokens, pool, k)}")
+        grade_tensor(
+            fn,
+            (tokens, pool, k),
+            _pool(tokens, pool, k),
+            f"for {where}",
+            _pooling_slips,
+            call=where,
+            not_tensor=f"for {where}: return a tensor, got {{got}}",
+            expected=functools.partial(_pooling_shape, where, tokens),
+            otherwise="pool='cls' takes the class token, tokens[:, 0]"
+            if pool == "cls"
+            else f"pool='mean' is tokens[:, num_prefix_tokens:].mean(dim=1), here tokens[:, {k}:]",
+        )
     passed(
         "check_pooling", f"the class token, or the mean of the patch tokens, on {len(cases)} cases."
     )
@@ -356,9 +363,6 @@ def check_patch_flops_prediction(predicted_flops_factor: Any) -> None:
     from 197 to 785, the linear layers with them, attention's ``T²`` part with their square.
     A prediction within ±5% passes; the usual slips (the token ratio, its square, the grid
     thought to double) are named.
-
-    Raises:
-        AssertionError: with the measured value, and the slip when one is recognised.
 
     Example:
         >>> check_patch_flops_prediction(4.5)

@@ -1,10 +1,11 @@
 """Checkers for chapter 8: DeiT's hard-label distillation loss, Mixup as torchvision's
 ``v2.MixUp`` pairs a batch, and a prediction of the ViT's accuracy on 1,000 images, graded
 against the committed study. (The greyscale ResNet-18 baseline's checker is in
-:mod:`vit_tutorial.exercises.greyscale_resnet`.)"""
+:mod:`vit_tutorial.exercises.ch08_resnet`.)"""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,18 +19,14 @@ from vit_tutorial.exercises._common import (
     checker,
     close,
     dtype_name,
+    grade_answer,
     grade_loss,
-    grade_prediction,
     passed,
-    shape_of,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.notebook import repository_file
 
 __all__ = ["check_distillation_loss", "check_mixup", "check_vit_accuracy_prediction"]
-
-
-# ---------------------------------------------------------------------------------------
-# DeiT's hard-label distillation
 
 
 def _distillation_loss(
@@ -48,10 +45,10 @@ def _distillation_loss(
     ) / 2
 
 
-def _distillation_mistakes(
+def _distillation_slips(
     cls_logits: Tensor, dist_logits: Tensor, labels: Tensor, teacher_logits: Tensor, eps: float
 ) -> list[tuple[str, Tensor]]:
-    """The loss that each usual mistake computes, with its explanation."""
+    """The loss that each usual mistake computes."""
     cls, dist, teacher = (t.double() for t in (cls_logits, dist_logits, teacher_logits))
     y, t = labels, teacher.argmax(-1)
     ce = F.cross_entropy
@@ -115,9 +112,6 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
     distillation head, as :class:`~vit_tutorial.losses.HardDistillation` computes it.
     Inputs come in float32 and in float64.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_distillation_loss(_distillation_loss)
         Correct! check_distillation_loss: DeiT's hard-label distillation loss, on 4
@@ -134,12 +128,13 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
             3 * torch.randn(B, K, dtype=dtype) for _ in "abc"
         )
         labels = torch.randint(K, (B,))
+        args = (cls_logits, dist_logits, labels, teacher_logits, eps)
         grade_loss(
             fn,
-            _distillation_loss,
-            _distillation_mistakes,
-            (cls_logits, dist_logits, labels, teacher_logits, eps),
+            args,
+            _distillation_loss(*args),
             f"B={B} images, K={K} classes, label_smoothing={eps}, {dtype_name(dtype)}",
+            _distillation_slips,
             per_image="each head's cross-entropy is a mean over the batch, a single number",
             otherwise="compare with DeiT's formula: (CE(cls_logits, labels, smoothing) + "
             "CE(dist_logits, teacher_logits.argmax(-1))) / 2",
@@ -150,8 +145,7 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Mixup
+_FORMULA = "lam·one_hot(labels) + (1 - lam)·one_hot(labels.roll(1, 0))"
 
 
 def _mixup(images: Tensor, labels: Tensor, lam: float, num_classes: int) -> tuple[Tensor, Tensor]:
@@ -188,9 +182,8 @@ def _pairing_hint(partners: list[int] | None, what: str) -> str | None:
         )
     if partners == list(range(B))[::-1]:
         return (
-            f"flip(0) pairs {what[:-1]} i with {what[:-1]} B - 1 - i, as timm's Mixup does; "
-            f"here pair it with {what[:-1]} i - 1, {what}.roll(1, 0), as torchvision's "
-            "v2.MixUp does"
+            f"flip(0) pairs {what[:-1]} i with {what[:-1]} B - 1 - i, as timm's Mixup does; here "
+            f"pair it with {what[:-1]} i - 1, {what}.roll(1, 0), as torchvision's v2.MixUp does"
         )
     return (
         f"{what} 0 to {B - 1} are mixed with {what} {partners}, not "
@@ -200,70 +193,75 @@ def _pairing_hint(partners: list[int] | None, what: str) -> str | None:
     )
 
 
-def _check_mixed_images(mixed: Any, images: Tensor, lam: float, where: str) -> None:
-    if not isinstance(mixed, Tensor) or mixed.shape != images.shape:
-        shape = shape_of(mixed)
-        raise AssertionError(
-            f"for {where}: the mixed images must have the images' shape "
-            f"{tuple(images.shape)}, got {shape}"
-        )
-    want = lam * images + (1 - lam) * images.roll(1, 0)
-    if close(mixed, want):
-        return
-    if close(mixed, (1 - lam) * images + lam * images.roll(1, 0)):
-        hint = (
-            "1 - lam is on the wrong side: each image keeps weight lam and its partner, "
-            "images.roll(1, 0), gets 1 - lam: lam·images + (1 - lam)·images.roll(1, 0)"
-        )
-    else:
-        hint = _pairing_hint(_partners(mixed, images, lam), "images") or (
-            "compare with lam·images + (1 - lam)·images.roll(1, 0)"
-        )
-    raise AssertionError(f"for {where}: {hint}")
-
-
-def _check_soft_labels(soft: Any, labels: Tensor, lam: float, num_classes: int, where: str) -> None:
-    B, K = len(labels), num_classes
-    formula = "lam·one_hot(labels) + (1 - lam)·one_hot(labels.roll(1, 0))"
-    if not isinstance(soft, Tensor):
-        raise AssertionError(
-            f"for {where}: the soft labels must be a tensor (B, num_classes), got "
-            f"{type(soft).__name__}"
-        )
+def _soft_labels_shape(where: str, B: int, K: int, soft: Tensor) -> str:
+    """Why ``soft`` is not a batch of ``B`` soft labels over ``K`` classes."""
     if soft.shape == (B,):
-        raise AssertionError(
+        return (
             f"for {where}: the labels are not mixed: you returned class indices, shape "
-            f"({B},); return soft labels of shape (B, num_classes) = ({B}, {K}): {formula}"
+            f"({B},); return soft labels of shape (B, num_classes) = ({B}, {K}): {_FORMULA}"
         )
     if soft.ndim == 2 and len(soft) == B and soft.shape[1] != K:
-        raise AssertionError(
+        return (
             f"for {where}: the soft labels have {soft.shape[1]} columns, not num_classes = "
             f"{K}: pass it to F.one_hot(labels, num_classes); without it, one_hot makes "
             "max(labels) + 1 columns, which depends on the batch"
         )
-    if soft.shape != (B, K):
+    return (
+        f"for {where}: the soft labels must have shape (B, num_classes) = ({B}, {K}), "
+        f"got {tuple(soft.shape)}"
+    )
+
+
+def _check_mixup(out: Any, images: Tensor, labels: Tensor, lam: float, K: int, where: str) -> None:
+    """Grade the mixed images and the soft labels of one batch."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise AssertionError(
-            f"for {where}: the soft labels must have shape (B, num_classes) = ({B}, {K}), "
-            f"got {tuple(soft.shape)}"
+            f"for {where}: return two tensors, (mixed_images, soft_labels), got "
+            f"{type(out).__name__}"
         )
+    rolled = images.roll(1, 0)
+    grade_answer(
+        out[0],
+        lam * images + (1 - lam) * rolled,
+        f"for {where}",
+        [
+            (
+                "1 - lam is on the wrong side: each image keeps weight lam and its partner, "
+                "images.roll(1, 0), gets 1 - lam: lam·images + (1 - lam)·images.roll(1, 0)",
+                (1 - lam) * images + lam * rolled,
+            )
+        ],
+        expected=f"for {where}: the mixed images must have the images' shape "
+        f"{tuple(images.shape)}, got {{got}}",
+        otherwise=lambda got: (
+            _pairing_hint(_partners(got, images, lam), "images")
+            or "compare with lam·images + (1 - lam)·images.roll(1, 0)"
+        ),
+    )
     one_hot = F.one_hot(labels, K).double()
-    if close(soft, lam * one_hot + (1 - lam) * one_hot.roll(1, 0)):
-        return
-    if close(soft, one_hot):
-        hint = (
-            f"the labels are not mixed: you returned one-hot labels, but mixed image i is "
-            f"lam of image i and 1 - lam of image i - 1, so its label is {formula}"
-        )
-    elif close(soft, (1 - lam) * one_hot + lam * one_hot.roll(1, 0)):
-        hint = f"1 - lam is on the wrong side of the labels: {formula}"
-    else:
-        pairing = _pairing_hint(_partners(soft, one_hot, lam), "labels")
-        hint = (
+    grade_answer(
+        out[1],
+        lam * one_hot + (1 - lam) * one_hot.roll(1, 0),
+        f"for {where}",
+        [
+            (
+                f"the labels are not mixed: you returned one-hot labels, but mixed image i is "
+                f"lam of image i and 1 - lam of image i - 1, so its label is {_FORMULA}",
+                one_hot,
+            ),
+            (
+                f"1 - lam is on the wrong side of the labels: {_FORMULA}",
+                (1 - lam) * one_hot + lam * one_hot.roll(1, 0),
+            ),
+        ],
+        not_tensor=f"for {where}: the soft labels must be a tensor (B, num_classes), got {{got}}",
+        expected=functools.partial(_soft_labels_shape, where, len(labels), K),
+        otherwise=lambda got: (
             f"the labels are not paired as the images: {pairing}"
-            if pairing
-            else f"compare with {formula}"
-        )
-    raise AssertionError(f"for {where}: {hint}")
+            if (pairing := _pairing_hint(_partners(got, one_hot, lam), "labels"))
+            else f"compare with {_FORMULA}"
+        ),
+    )
 
 
 @checker
@@ -277,9 +275,6 @@ def check_mixup(fn: Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]
     ``soft_labels = lam·one_hot(labels) + (1 - lam)·one_hot(labels.roll(1, 0))``, of shape
     ``(B, num_classes)``. (``v2.MixUp`` draws ``lam`` from a Beta(α, α) distribution once
     per batch; here it is given.) Images come in float32 and in float64.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_mixup(_mixup)
@@ -298,13 +293,7 @@ def check_mixup(fn: Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]
         labels = torch.randperm(K - 1)[:B]
         where = f"B={B} images, num_classes={K}, lam={lam}, {dtype_name(dtype)}"
         out = call_safely(fn, (images.clone(), labels.clone(), lam, K), where)
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise AssertionError(
-                f"for {where}: return two tensors, (mixed_images, soft_labels), got "
-                f"{type(out).__name__}"
-            )
-        _check_mixed_images(out[0], images, lam, where)
-        _check_soft_labels(out[1], labels, lam, K, where)
+        _check_mixup(out, images, labels, lam, K, where)
     passed(
         "check_mixup",
         "images and labels mixed as torchvision's v2.MixUp mixes them, on "

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import call_safely, checker, close, passed, shape_of
+from vit_tutorial.exercises._common import call_safely, checker, close, expect_tensor, passed
 from vit_tutorial.experiments.ch08 import resnet18_greyscale
 
 __all__ = ["check_greyscale_resnet"]
@@ -42,9 +42,8 @@ def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
     conv = model.conv1
     if not isinstance(conv, nn.Conv2d):
         raise AssertionError(
-            f"for {where}: model.conv1 must be one nn.Conv2d, got {type(conv).__name__}; "
-            "replace it by nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, "
-            "bias=False)"
+            f"for {where}: model.conv1 must be one nn.Conv2d, got {type(conv).__name__}; replace "
+            "it by nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)"
         )
     if conv.in_channels != in_channels:
         still_rgb = "still " if conv.in_channels == 3 else ""
@@ -88,9 +87,8 @@ def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
         )
     if conv.bias is not None:
         raise AssertionError(
-            f"for {where}: conv1 has a bias: build it with bias=False, as torchvision does; "
-            "the BatchNorm right after it (bn1) adds its own shift β, which makes a bias "
-            "redundant"
+            f"for {where}: conv1 has a bias: build it with bias=False, as torchvision does; the "
+            "BatchNorm right after it (bn1) adds its own shift β, which makes a bias redundant"
         )
     _check_pool(model, where)
 
@@ -251,9 +249,6 @@ def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
     computes on a seeded batch (a layer replaced, a stride moved, a shortcut dropped are
     named); the initial weights are free.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_greyscale_resnet(resnet18_greyscale)
         Correct! check_greyscale_resnet: torchvision's ResNet-18 with a 7×7 stride-2
@@ -285,12 +280,12 @@ def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
         was_training = model.training
         logits = call_safely(model.eval(), (images,), f"a (2, {in_channels}, 28, 28) batch")
         model.train(was_training)
-        if not isinstance(logits, Tensor) or logits.shape != (2, num_classes):
-            shape = shape_of(logits)
-            raise AssertionError(
-                f"for {where}: a (2, {in_channels}, 28, 28) batch gives {shape}, not the "
-                f"logits (2, {num_classes}), one row per image"
-            )
+        expect_tensor(
+            logits,
+            (2, num_classes),
+            f"for {where}: a (2, {in_channels}, 28, 28) batch gives {{got}}, not the "
+            f"logits (2, {num_classes}), one row per image",
+        )
         _check_computation(model, in_channels, num_classes, where)
         counts.append(sum(p.numel() for p in model.parameters()))
     passed(

@@ -3,6 +3,7 @@ index, and what window attention costs."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,14 +12,16 @@ from einops import rearrange
 from torch import Tensor
 
 from vit_tutorial.exercises._common import (
+    as_mask,
     call_safely,
     checker,
-    close,
-    grade_prediction,
+    expect_tensor,
+    grade_answer,
+    grade_tensor,
     passed,
     shape_of,
-    zero_one_mask,
 )
+from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.windows import relative_position_index, shifted_window_mask, window_partition
 
 __all__ = [
@@ -29,7 +32,7 @@ __all__ = [
 ]
 
 
-def _partition_mistakes(x: Tensor, M: int) -> list[tuple[str, Tensor]]:
+def _partition_slips(x: Tensor, M: int) -> list[tuple[str, Tensor]]:
     """What the usual wrong partitions of the grid ``x`` ``(B, H, W, C)`` return."""
     C = x.shape[-1]
     pattern = "b (nh m1) (nw m2) c -> {}"
@@ -60,6 +63,17 @@ def _partition_mistakes(x: Tensor, M: int) -> list[tuple[str, Tensor]]:
     ]
 
 
+def _partition_shape(what: str, want: Tensor, got: Any) -> str:
+    """Why ``got`` does not have the shape of the windows ``want``."""
+    hint = ""
+    if isinstance(got, Tensor) and got.numel() == want.numel() and got.dim() != 3:
+        hint = (
+            "; flatten each window's M×M tokens into one axis of M·M, and fold the "
+            "images and their windows into one batch axis"
+        )
+    return f"{what}: expected (B·nW, M·M, C) = {tuple(want.shape)}, got {shape_of(got)}{hint}"
+
+
 @checker
 def check_window_partition(fn: Callable[[Tensor, int], Tensor]) -> None:
     """Grade ``fn(x, window_size) -> windows``: a grid ``(B, H, W, C)`` cut into M×M windows.
@@ -67,9 +81,6 @@ def check_window_partition(fn: Callable[[Tensor, int], Tensor]) -> None:
     ``windows`` has shape ``(B·nW, M·M, C)``: the windows of image 0 first, each image's
     windows row-major over the window grid, the tokens row-major inside each window, as
     :func:`~vit_tutorial.windows.window_partition` and the official code order them.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> check_window_partition(window_partition)
@@ -80,29 +91,18 @@ def check_window_partition(fn: Callable[[Tensor, int], Tensor]) -> None:
     cases = [(2, 4, 6, 3, 2), (1, 6, 6, 2, 3), (3, 8, 4, 5, 4)]  # B, H, W, C, M
     for B, H, W, C, M in cases:
         x = torch.randn(B, H, W, C, generator=generator)
-        what = f"x of shape {(B, H, W, C)}, window_size={M}"
-        got = call_safely(fn, (x.clone(), M), what)
-        want = window_partition(x, M)
-        if not isinstance(got, Tensor):
-            raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}")
-        if got.shape != want.shape:
-            hint = ""
-            if got.numel() == want.numel() and got.dim() != 3:
-                hint = (
-                    "; flatten each window's M×M tokens into one axis of M·M, and fold the "
-                    "images and their windows into one batch axis"
-                )
-            raise AssertionError(
-                f"{what}: expected (B·nW, M·M, C) = {tuple(want.shape)}, got {shape_of(got)}{hint}"
-            )
-        if close(got, want, atol=0.0):
-            continue
-        for why, wrong in _partition_mistakes(x, M):
-            if close(got, wrong, atol=0.0):
-                raise AssertionError(f"{what}: {why}")
-        raise AssertionError(
-            f"{what}: the shape is right but the tokens are not where window_partition "
-            f"puts them; window 0 must hold x[0, :{M}, :{M}], row by row"
+        what, want = f"x of shape {(B, H, W, C)}, window_size={M}", window_partition(x, M)
+        grade_tensor(
+            fn,
+            (x, M),
+            want,
+            what,
+            _partition_slips,
+            not_tensor=f"{what}: return a tensor, got {{got}}",
+            expected=functools.partial(_partition_shape, what, want),
+            otherwise="the shape is right but the tokens are not where window_partition "
+            f"puts them; window 0 must hold x[0, :{M}, :{M}], row by row",
+            atol=0.0,
         )
     passed(
         "check_window_partition",
@@ -119,7 +119,7 @@ def _regions(height: int, width: int, M: int, first: tuple[int, int]) -> Tensor:
     return window_partition(grid, M)[..., 0]
 
 
-def _mask_mistakes(height: int, width: int, M: int, s: int) -> list[tuple[str, Tensor]]:
+def _mask_slips(height: int, width: int, M: int, s: int) -> list[tuple[str, Tensor]]:
     """Masks ``(nW, M², M²)`` of the usual mistakes, each with its explanation."""
     want = shifted_window_mask(height, width, M, s)
     first = _regions(height, width, M, (s, s))
@@ -152,30 +152,31 @@ def _mask_mistakes(height: int, width: int, M: int, s: int) -> list[tuple[str, T
     ]
 
 
-def _as_bool(got: Any, what: str, shape: tuple[int, ...]) -> Tensor:
-    """The learner's mask as a boolean tensor of ``shape``, or an AssertionError."""
-    if not isinstance(got, Tensor):
-        raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}")
-    if tuple(got.shape) != shape:
-        full = shape[0] * shape[1]
+def _mask_shape(what: str, shape: tuple[int, ...], got: Tensor) -> str:
+    """Why ``got`` is no mask of ``shape``, one per window."""
+    hint = ""
+    if got.dim() == 2 and got.shape[0] == shape[0] * shape[1]:
         hint = (
             "; that is one mask over the whole grid: return one per window, as the "
             "windows of window_partition come"
-            if got.dim() == 2 and got.shape[0] == full
-            else ""
         )
-        raise AssertionError(
-            f"{what}: the mask must have shape (nW, M², M²) = {shape}, got {tuple(got.shape)}{hint}"
-        )
-    if got.dtype == torch.bool:
-        return got
-    if got.is_floating_point() and (got < 0).any():
-        raise AssertionError(
-            f"{what}: that is an additive mask (0 where allowed, -100 or -inf where not), "
-            f"as the official code adds it; return a boolean mask, True where two tokens "
-            f"may attend"
-        )
-    return zero_one_mask(got, what)
+    return f"{what}: the mask must have shape (nW, M², M²) = {shape}, got {tuple(got.shape)}{hint}"
+
+
+def _wrong_entries(want: Tensor, got: Tensor) -> str:
+    """How many entries of the mask ``got`` are wrong, and the first of them."""
+    w, i, j = (got != want).nonzero()[0].tolist()
+    return (
+        f"{int((got != want).sum())} entries are wrong, e.g. window {w}, query "
+        f"{i}, key {j} should be {bool(want[w, i, j])}"
+    )
+
+
+_ADDITIVE = (
+    lambda got: (got < 0).any(),
+    "that is an additive mask (0 where allowed, -100 or -inf where not), as the official "
+    "code adds it; return a boolean mask, True where two tokens may attend",
+)
 
 
 @checker
@@ -187,9 +188,6 @@ def check_shift_mask(fn: Callable[[int, int, int, int], Tensor]) -> None:
     of window ``w`` were neighbours before the roll, in the same region of the official
     code's ``img_mask``. Boolean, or 1/0.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_shift_mask(shifted_window_mask)
         Correct! check_shift_mask: the regions of the wrapped rows and columns are kept
@@ -199,16 +197,16 @@ def check_shift_mask(fn: Callable[[int, int, int, int], Tensor]) -> None:
     for H, W, M, s in cases:
         what = f"height={H}, width={W}, window_size={M}, shift_size={s}"
         want = shifted_window_mask(H, W, M, s)
-        got = _as_bool(call_safely(fn, (H, W, M, s), what), what, tuple(want.shape))
-        if torch.equal(got, want):
-            continue
-        for why, wrong in _mask_mistakes(H, W, M, s):
-            if torch.equal(got, wrong):
-                raise AssertionError(f"{what}: {why}")
-        w, i, j = (got != want).nonzero()[0].tolist()
-        raise AssertionError(
-            f"{what}: {int((got != want).sum())} entries are wrong, e.g. window {w}, query "
-            f"{i}, key {j} should be {bool(want[w, i, j])}"
+        shape = tuple(want.shape)
+        got = call_safely(fn, (H, W, M, s), what)
+        grade_answer(
+            as_mask(got, shape, what, functools.partial(_mask_shape, what, shape), _ADDITIVE),
+            want,
+            what,
+            functools.partial(_mask_slips, H, W, M, s),
+            expected="",
+            otherwise=functools.partial(_wrong_entries, want),
+            atol=0.0,
         )
     passed(
         "check_shift_mask",
@@ -222,14 +220,14 @@ def _offsets(M: int) -> tuple[Tensor, Tensor]:
     return r[:, None] - r[None, :], c[:, None] - c[None, :]
 
 
-def _index_mistakes(M: int) -> list[tuple[str, Tensor]]:
+def _index_slips(M: int) -> list[tuple[str, Tensor]]:
+    """The indices of the usual mistakes."""
     dr, dc = _offsets(M)
     n = torch.arange(M * M)
     return [
         (
-            f"you multiplied the row by 2M + 1 = {2 * M + 1}; a shifted column offset "
-            f"takes 2M - 1 = {2 * M - 1} values (from 0 to 2M - 2), and the table has "
-            f"(2M - 1)² rows",
+            f"you multiplied the row by 2M + 1 = {2 * M + 1}; a shifted column offset takes 2M - 1 "
+            f"= {2 * M - 1} values (from 0 to 2M - 2), and the table has (2M - 1)² rows",
             (dr + M - 1) * (2 * M + 1) + dc + M - 1,
         ),
         (
@@ -260,6 +258,15 @@ def _index_mistakes(M: int) -> list[tuple[str, Tensor]]:
     ]
 
 
+def _wrong_entry(M: int, want: Tensor, got: Tensor) -> str:
+    """The first wrong entry of the index ``got``, and where its query and key are."""
+    i, j = (got != want).nonzero()[0].tolist()
+    return (
+        f"index[{i}, {j}] should be {int(want[i, j])}, got {int(got[i, j])}: "
+        f"query {i} is at (row, column) {(i // M, i % M)}, key {j} at {(j // M, j % M)}"
+    )
+
+
 @checker
 def check_window_relative_index(fn: Callable[[int], Tensor]) -> None:
     """Grade ``fn(window_size) -> index``: Swin's relative position index of one window.
@@ -268,39 +275,33 @@ def check_window_relative_index(fn: Callable[[int], Tensor]) -> None:
     row-major), the row of the ``(2M-1)²`` table of their offset ``(Δr, Δc)`` = query - key:
     ``(Δr + M - 1)(2M - 1) + (Δc + M - 1)``, as the official code and timm compute it.
 
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
-
     Example:
         >>> check_window_relative_index(relative_position_index)
         Correct! check_window_relative_index: one row of the (2M - 1)² table per
         offset, laid out as the official code's, for M = 2, 3 and 7.
     """
     for M in (3, 2, 7):  # the first tells the mistakes apart
-        what = f"window_size={M}"
-        got = call_safely(fn, (M,), what)
-        want = relative_position_index(M)
-        if not isinstance(got, Tensor):
-            raise AssertionError(f"{what}: return a tensor, got {type(got).__name__}")
-        if tuple(got.shape) != tuple(want.shape):
-            raise AssertionError(
-                f"{what}: expected (M², M²) = {tuple(want.shape)}, one row per query and "
-                f"one column per key, got {tuple(got.shape)}"
-            )
+        what, want = f"window_size={M}", relative_position_index(M)
+        got = expect_tensor(
+            call_safely(fn, (M,), what),
+            tuple(want.shape),
+            f"{what}: expected (M², M²) = {tuple(want.shape)}, one row per query and "
+            "one column per key, got {got}",
+            not_tensor=f"{what}: return a tensor, got {{got}}",
+        )
         if got.is_floating_point() or got.dtype == torch.bool:
             raise AssertionError(
                 f"{what}: an index must hold integers (torch.long) to index the table, "
                 f"got {got.dtype}"
             )
-        if torch.equal(got.long(), want):
-            continue
-        for why, wrong in _index_mistakes(M):
-            if torch.equal(got.long(), wrong):
-                raise AssertionError(f"{what}: {why}")
-        i, j = (got.long() != want).nonzero()[0].tolist()
-        raise AssertionError(
-            f"{what}: index[{i}, {j}] should be {int(want[i, j])}, got {int(got[i, j])}: "
-            f"query {i} is at (row, column) {(i // M, i % M)}, key {j} at {(j // M, j % M)}"
+        grade_answer(
+            got.long(),
+            want,
+            what,
+            functools.partial(_index_slips, M),
+            expected="",
+            otherwise=functools.partial(_wrong_entry, M, want),
+            atol=0.0,
         )
     passed(
         "check_window_relative_index",
@@ -323,9 +324,6 @@ def check_window_flops_prediction(predicted_fraction: Any) -> None:
     equations 1 and 2 is ``(4C + 2M²) / (4C + 2hw)`` = 482 / 6656: about 0.0724. A
     prediction within ±10% passes; the usual slips (the scores alone, the projections alone,
     the inverse, M for M², the side for hw, the chapter's table at C = 64) are named.
-
-    Raises:
-        AssertionError: with the exact value, and the slip when one is recognised.
 
     Example:
         >>> check_window_flops_prediction(0.07)

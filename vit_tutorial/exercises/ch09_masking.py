@@ -10,7 +10,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vit_tutorial.exercises._common import call_safely, checker, close, dtype_name, passed, shape_of
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    dtype_name,
+    expect_tensor,
+    passed,
+    shape_of,
+)
 from vit_tutorial.mae import num_visible
 
 __all__ = ["check_random_masking"]
@@ -50,11 +58,8 @@ def _masking_output(out: Any, b: int, n: int, d: int, keep: int, ratio: float, w
     if visible.shape[1] != keep:
         raise AssertionError(f"for {where}: {_kept_count_hint(n, ratio, visible.shape[1])}")
     for what, value in [("mask", mask), ("ids_restore", ids_restore)]:
-        if not isinstance(value, Tensor) or value.shape != (b, n):
-            raise AssertionError(
-                f"for {where}: {what} must be (B, N) = ({b}, {n}), one entry per token in "
-                f"the original order, got {shape_of(value)}"
-            )
+        expected = f"{what} must be (B, N) = ({b}, {n}), one entry per token in the original order"
+        expect_tensor(value, (b, n), f"for {where}: {expected}, got {{got}}")
     return visible, mask, ids_restore
 
 
@@ -123,9 +128,8 @@ def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) ->
         hint = "the mask is inverted: 1.0 marks a hidden token, 0.0 a visible one"
     elif close(mask, shuffled, atol=0.0):
         hint = (
-            "the mask is in shuffled order (its first N_keep entries are 0): put it back in "
-            "the original order with mask.gather(1, ids_restore), so that mask[b, n] is "
-            "about token n"
+            "the mask is in shuffled order (its first N_keep entries are 0): put it back in the "
+            "original order with mask.gather(1, ids_restore), so that mask[b, n] is about token n"
         )
     else:
         hint = "mask[b, n] must be 0.0 where token n was kept, 1.0 where it was hidden"
@@ -190,9 +194,6 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     ``(B, N)`` in the original order, 1.0 where the token is hidden; ``ids_restore``
     ``(B, N)`` puts ``cat([visible, hidden], dim=1)`` back in the original order. The
     kept tokens may come in any order that ``ids_restore`` undoes.
-
-    Raises:
-        AssertionError: with an explanation of the mistake, when ``fn`` is wrong.
 
     Example:
         >>> from vit_tutorial.mae import random_masking
