@@ -78,8 +78,9 @@ def _imports(path):
 #: rule was set (issue 37 brought it back from 2,507 lines, every chapter's study moved into
 #: the package, chapter 11's driver included).
 MAX_BENCHMARK_LINES = 1713
-#: The exercise checkers of chapters 1-10 on one grader (issue 37: 5,011 lines before).
-MAX_CHECKER_LINES = 4831
+#: The exercise checkers of chapters 1-10 on one grader, their slips as tables (issue 37: 5,011
+#: lines before; its target of 4,200 not reached).
+MAX_CHECKER_LINES = 4398
 
 
 def test_the_benchmark_scripts_only_parse_and_call():

@@ -9,7 +9,7 @@ instead of a traceback.
 A checker grades a learner's function case by case with :func:`grade_tensor` (a tensor, or
 a count or a shape, against the reference's) or :func:`grade_loss` (a loss), and a number
 the learner predicts with ``_predictions.grade_prediction``.
-Each names the usual slip the answer is, from a list of :data:`Slips`.
+Each names the usual slip the answer is, from its :data:`Slips`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import functools
 import numbers
 import re
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -68,11 +68,8 @@ def wrap(text: str, first_line_taken: int = 0) -> str:
 def checker(fn: F) -> F:
     """Decorate a ``check_*`` function: no trace on the random state, wrapped messages.
 
-    The checker runs inside :func:`torch.random.fork_rng` with a fixed seed, so what it
-    draws, and what the learner's answer draws, is reproducible and invisible afterwards.
-    An :class:`AssertionError` it raises gets its message wrapped to fit the page after
-    ``"AssertionError: "``. When the learner's answer raises :class:`NotImplementedError`
-    (the chapter's stub, untouched), the checker prints :data:`NOT_ATTEMPTED` and returns.
+    It runs inside :func:`torch.random.fork_rng` with a fixed seed; an :class:`AssertionError`
+    is wrapped after ``"AssertionError: "``; a stub prints :data:`NOT_ATTEMPTED` and returns.
 
     Example:
         >>> @checker
@@ -151,11 +148,9 @@ def scalar_loss(got: Any, where: str, batch: int, per_image: str) -> Tensor:
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
-    """True when ``a`` and ``b`` have the same shape and values within ``atol``.
-
-    Both are compared in float64, so an answer computed in another floating dtype than
-    the reference (float64, say) is judged by its values.
-    """
+    """True when ``a`` and ``b`` have the same shape and values within ``atol``, compared in
+    float64, so that an answer in another floating dtype than the reference is judged by its
+    values."""
     if a.shape != b.shape:
         return False
     return torch.allclose(
@@ -163,14 +158,22 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
     )
 
 
-Slips = Iterable[tuple[str, Any]]
-"""A checker's usual slips: rows of (explanation, what the slip returns), or (explanation,
-a test): a function of the answer that is true when the answer is that slip, or its result."""
+Slips = Mapping[str, Any] | Iterable[tuple[str, Any]]
+"""A checker's usual slips: {explanation: what the slip returns}, or {explanation: a test}, a
+function of the answer that is true when the answer is that slip, or its result, or a list of
+such values (any of them); or rows of (explanation, what) pairs."""
+
+
+def rows(slips: Slips) -> Iterable[tuple[str, Any]]:
+    """The (explanation, what) pairs of ``slips`` (:data:`Slips`), in their order."""
+    return slips.items() if isinstance(slips, Mapping) else slips
 
 
 def _is(got: Any, wrong: Any, atol: float) -> bool:
     """Whether ``got`` is the slip ``wrong``: a tensor within ``atol``, an equal count or shape,
-    or a test of the answer that holds (or a test's result)."""
+    a test of the answer that holds (or a test's result), or a list holding one of them."""
+    if isinstance(wrong, list):
+        return any(_is(got, one, atol) for one in wrong)
     if isinstance(wrong, bool):
         return wrong
     if callable(wrong):
@@ -184,11 +187,11 @@ def diagnose(got: Any, slips: Slips, otherwise: str, atol: float = 1e-5) -> str:
     """The explanation of the first of ``slips`` that ``got`` is, else ``otherwise``.
 
     Example:
-        >>> diagnose(torch.tensor(2.0), [("doubled", torch.tensor(2.0))], "compare")
+        >>> diagnose(torch.tensor(2.0), {"doubled": torch.tensor(2.0)}, "compare")
         'doubled'
     """
     with torch.no_grad():
-        return next((why for why, wrong in slips if _is(got, wrong, atol)), otherwise)
+        return next((why for why, wrong in rows(slips) if _is(got, wrong, atol)), otherwise)
 
 
 def gap(got: Tensor, want: Tensor) -> float:

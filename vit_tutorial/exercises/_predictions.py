@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vit_tutorial.exercises._common import NOT_ATTEMPTED, Slips, as_number, kind_of, passed
+from vit_tutorial.exercises._common import NOT_ATTEMPTED, Slips, as_number, kind_of, passed, rows
 
 
 def _number(x: float) -> str:
@@ -42,7 +42,7 @@ def grade_prediction(
         >>> grade_prediction("check_tokens", "tokens", 197, 197, what="tokens", tolerance=0)
         Correct! check_tokens: you predicted 197 tokens; measured: 197.
         >>> grade_prediction("check_tokens", "tokens", 196, 197, what="tokens", tolerance=0,
-        ...                  slips=[("count the class token", 196)])
+        ...                  slips={"count the class token": 196})
         Traceback (most recent call last):
         ...
         AssertionError: you predicted 196 tokens; measured: 197. count the class token
@@ -80,7 +80,7 @@ def _nearest_slip(guess: float, actual: float, tolerance: float | str, slips: Sl
     two slips equally near, the first listed."""
     fits = [
         (abs(guess - wrong), why)
-        for why, wrong in slips
+        for why, wrong in rows(slips)
         if abs(guess - wrong) <= (0.0 if tolerance == "sign" else float(tolerance) * abs(wrong))
         and abs(guess - wrong) < abs(guess - actual)
     ]

@@ -18,12 +18,8 @@ from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.patches import patch_grid
 from vit_tutorial.vit import PRESETS
 
-__all__ = [
-    "check_attention",
-    "check_attention_memory_prediction",
-    "check_masked_attention",
-    "check_stable_softmax",
-]
+__all__ = ["check_attention", "check_attention_memory_prediction", "check_masked_attention"]
+__all__ += ["check_stable_softmax"]
 
 
 def _multi_head(
@@ -39,41 +35,30 @@ def _multi_head(
     return rearrange(out, "b h t d -> b t (h d)")
 
 
-def _slips(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> list[tuple[str, Tensor]]:
+def _slips(q: Tensor, k: Tensor, v: Tensor, num_heads: int) -> dict[str, Tensor]:
     """What the usual mistakes return on ``(B, T, D)`` inputs."""
     D, h = q.shape[-1], num_heads
     d = D // h
-    return [
-        (
-            f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of one "
-            f"head (D / num_heads = {D} / {h}); each head is a separate attention of width d.",
-            _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
-        ),
-        (
-            f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
-            f"is 1/√d, softmax(Q Kᵀ / √d) V.",
-            _multi_head(q, k, v, h, scale=math.sqrt(d)),
-        ),
-        (
-            f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
-            f"softmax saturates as d grows.",
-            _multi_head(q, k, v, h, scale=1.0),
-        ),
-        (
-            "the softmax runs over the wrong axis: each query's row of scores (the last "
-            "axis, over keys) must sum to 1, not each key's column.",
-            _multi_head(q, k, v, h, None, softmax_dim=-2),
-        ),
-    ]
+    return {
+        f"you scaled by √D = √{D} (the model width) instead of √d = √{d}, the width of one "
+        f"head (D / num_heads = {D} / {h}); each head is a separate "
+        "attention of width d.": _multi_head(q, k, v, h, scale=1 / math.sqrt(D)),
+        f"you multiplied the scores by √d = √{d} instead of dividing by it: the scale "
+        f"is 1/√d, softmax(Q Kᵀ / √d) V.": _multi_head(q, k, v, h, scale=math.sqrt(d)),
+        f"the scores are not scaled: divide Q Kᵀ by √d = √{d} before the softmax, or the "
+        f"softmax saturates as d grows.": _multi_head(q, k, v, h, scale=1.0),
+        "the softmax runs over the wrong axis: each query's row of scores (the last "
+        "axis, over keys) must sum to 1, "
+        "not each key's column.": _multi_head(q, k, v, h, None, softmax_dim=-2),
+    }
 
 
 @checker
 def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     """Grade a learner's ``fn(q, k, v, num_heads) -> out`` on ``(B, T, D)`` tensors.
 
-    The function must split the width D into ``num_heads`` heads of width
-    ``d = D // num_heads``, apply ``softmax(Q Kᵀ / √d) V`` in each head, and merge the
-    heads back to ``(B, T, D)``.
+    ``softmax(Q Kᵀ / √d) V`` in each of ``num_heads`` heads of width ``d = D // num_heads``,
+    the heads merged back to ``(B, T, D)``.
 
     Example:
         >>> check_attention(lambda q, k, v, h: _multi_head(q, k, v, h, scale=None))
@@ -114,47 +99,31 @@ def _random_mask(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
     return mask & ~blocked
 
 
-def _masked_slips(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> list[tuple[str, Any]]:
+def _masked_slips(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Any]:
     """What the usual mistakes of masked attention return."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, T, T)
-    return [
-        (
-            "the mask is inverted: True means 'may attend' (as in PyTorch's "
-            "F.scaled_dot_product_attention), so fill the scores with -inf where the mask "
-            "is False (~mask).",
-            scaled_dot_product_attention(q, k, v, ~mask)[0],
+    return {
+        "the mask is inverted: True means 'may attend' (as in PyTorch's "
+        "F.scaled_dot_product_attention), so fill the scores with -inf where the mask "
+        "is False (~mask).": scaled_dot_product_attention(q, k, v, ~mask)[0],
+        "you masked after the softmax: zeroing the blocked weights leaves each query's "
+        "weights summing to less than 1. Block the scores before the softmax, with -inf, "
+        "so that the softmax shares the whole weight "
+        "among the allowed keys.": scores.softmax(-1).masked_fill(~mask, 0.0) @ v,
+        "you set the blocked scores to 0: exp(0) = 1, so a blocked key still gets as much "
+        "weight as a key of score 0. Fill them with "
+        "float('-inf') (exp(-inf) = 0).": scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
+        "you added the boolean mask to the scores as numbers (0 or 1): that nudges the "
+        "allowed keys but blocks nothing; fill the "
+        "blocked scores with -inf.": (scores + mask.to(scores.dtype)).softmax(-1) @ v,
+        "the mask is transposed: mask[..., i, j] says whether query i (a row) may attend "
+        "to key j (a column).": scaled_dot_product_attention(q, k, v, mask.transpose(-2, -1))[0],
+        f"the scores are not scaled: divide Q Kᵀ by √d = √{q.shape[-1]} before masking.": (
+            (scores * math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")).softmax(-1) @ v
         ),
-        (
-            "you masked after the softmax: zeroing the blocked weights leaves each query's "
-            "weights summing to less than 1. Block the scores before the softmax, with -inf, "
-            "so that the softmax shares the whole weight among the allowed keys.",
-            scores.softmax(-1).masked_fill(~mask, 0.0) @ v,
-        ),
-        (
-            "you set the blocked scores to 0: exp(0) = 1, so a blocked key still gets as much "
-            "weight as a key of score 0. Fill them with float('-inf') (exp(-inf) = 0).",
-            scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
-        ),
-        (
-            "you added the boolean mask to the scores as numbers (0 or 1): that nudges the "
-            "allowed keys but blocks nothing; fill the blocked scores with -inf.",
-            (scores + mask.to(scores.dtype)).softmax(-1) @ v,
-        ),
-        (
-            "the mask is transposed: mask[..., i, j] says whether query i (a row) may attend "
-            "to key j (a column).",
-            scaled_dot_product_attention(q, k, v, mask.transpose(-2, -1))[0],
-        ),
-        (
-            f"the scores are not scaled: divide Q Kᵀ by √d = √{q.shape[-1]} before masking.",
-            (scores * math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")).softmax(-1) @ v,
-        ),
-        (
-            "the output has nan or inf, yet every query here may attend to at least one key; "
-            "block with -inf only where the mask is False",
-            lambda got: not torch.isfinite(got).all(),
-        ),
-    ]
+        "the output has nan or inf, yet every query here may attend to at least one key; "
+        "block with -inf only where the mask is False": lambda got: not torch.isfinite(got).all(),
+    }
 
 
 def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
@@ -175,19 +144,17 @@ def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
             torch.cat([got[:, :1], got[:, 2:]], 1), torch.cat([want[:, :1], want[:, 2:]], 1)
         )
 
-    slips = [
-        (
-            f"its output is nan, the softmax of a row of -inf (0/0); {rule}.",
-            lambda got: others_right(got) and got[:, 1].double().isnan().any(),
+    slips = {
+        f"its output is nan, the softmax of a row of -inf (0/0); {rule}.": (
+            lambda got: others_right(got) and got[:, 1].double().isnan().any()
         ),
-        (
-            "its output is the plain mean of the values, because every blocked score got the "
-            "same finite value (a large negative number such as torch.finfo(dtype).min), and a "
-            f"softmax of equal scores is uniform; {rule}.",
-            lambda got: others_right(got) and close(got[:, 1].double(), v.mean(dim=1)),
+        "its output is the plain mean of the values, because every blocked score got the "
+        "same finite value (a large negative number such as torch.finfo(dtype).min), and a "
+        f"softmax of equal scores is uniform; {rule}.": (
+            lambda got: others_right(got) and close(got[:, 1].double(), v.mean(dim=1))
         ),
-        (f"its output should be 0; {rule}.", others_right),
-    ]
+        f"its output should be 0; {rule}.": others_right,
+    }
     grade_tensor(
         fn,
         (q, k, v, mask),
@@ -205,10 +172,8 @@ def _check_fully_masked_row(fn: Callable, generator: torch.Generator) -> None:
 def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> None:
     """Grade ``fn(q, k, v, mask) -> out``: one head of attention with a boolean mask.
 
-    ``q``, ``k``, ``v`` have shape ``(B, T, d)``; ``mask`` is boolean, of shape ``(T, T)``
-    or ``(B, T, T)``, and ``mask[..., i, j]`` is True where query i may attend to key j
-    (the convention of :func:`vit_tutorial.attention.scaled_dot_product_attention` and of
-    PyTorch's). A query that may attend to no key gets zero weights: its output is 0.
+    ``q``, ``k``, ``v`` are ``(B, T, d)``; ``mask`` ``(T, T)`` or ``(B, T, T)`` is True where
+    query i may attend to key j; a query that may attend to no key outputs 0.
 
     Example:
         >>> check_masked_attention(lambda q, k, v, mask: scaled_dot_product_attention(
@@ -267,46 +232,35 @@ def _softmax_cases(generator: torch.Generator) -> list[tuple[str, Tensor, int]]:
     ]
 
 
-def _softmax_slips(x: Tensor, dim: int) -> list[tuple[str, Any]]:
+def _softmax_slips(x: Tensor, dim: int) -> dict[str, Any]:
     """What the usual wrong softmaxes return, or a test that recognises them."""
     shifted = (x.double() - x.double().max()).exp()  # one max for the whole tensor
     one_max = shifted / shifted.sum(dim, keepdim=True)
-    return [
-        *[
-            (
-                f"you normalised along dim={other}, not dim={dim}: the slices along dim "
-                f"must sum to 1.",
-                x.double().softmax(other),
-            )
+    return {
+        **{
+            f"you normalised along dim={other}, not dim={dim}: the slices along dim "
+            f"must sum to 1.": x.double().softmax(other)
             for other in range(x.dim())
             if other != dim % x.dim()
-        ],
-        (
-            "you subtracted one maximum for the whole tensor: in a slice far below it "
-            "every exp underflows to 0, and 0/0 = nan. Subtract the maximum of each "
-            "slice along dim, x.max(dim, keepdim=True).values.",
-            lambda got: (
-                not torch.isfinite(got).all()
-                and torch.allclose(got.double(), one_max, equal_nan=True)
-            ),
+        },
+        "you subtracted one maximum for the whole tensor: in a slice far below it "
+        "every exp underflows to 0, and 0/0 = nan. Subtract the maximum of each "
+        "slice along dim, x.max(dim, keepdim=True).values.": lambda got: (
+            not torch.isfinite(got).all() and torch.allclose(got.double(), one_max, equal_nan=True)
         ),
-        (
-            "your output has nan or inf: exp overflows for scores above about 88 in float32 "
-            "(709 in float64), and underflows to 0 for very negative ones, so exp(x) / sum "
-            "gives inf/inf or 0/0. Subtract the maximum along dim first: softmax(x) = "
-            "softmax(x - max), and then the largest exp is exp(0) = 1.",
-            lambda got: not torch.isfinite(got).all(),
-        ),
-    ]
+        "your output has nan or inf: exp overflows for scores above about 88 in float32 "
+        "(709 in float64), and underflows to 0 for very negative ones, so exp(x) / sum "
+        "gives inf/inf or 0/0. Subtract the maximum along dim first: softmax(x) = "
+        "softmax(x - max), and then the largest exp is "
+        "exp(0) = 1.": lambda got: not torch.isfinite(got).all(),
+    }
 
 
 @checker
 def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
     """Grade ``fn(x, dim) -> softmax(x, dim)``, which must not overflow on large scores.
 
-    ``x`` is a float32 tensor of any shape, and the slices of the output along ``dim``
-    must sum to 1. Scores near +1000 or -1000, slices at very different levels and
-    ``-inf`` entries (at least one finite entry per slice) must all give the softmax.
+    The cases include scores near ±1000, slices at very different levels and ``-inf`` entries.
 
     Example:
         >>> check_stable_softmax(torch.softmax)
@@ -348,11 +302,7 @@ def _weights_mib(image_size: int, heads: bool = True, class_token: bool = True) 
 def check_attention_memory_prediction(predicted_mib: Any) -> None:
     """Grade a prediction: the MiB of one layer's attention weights, ViT-B/16 at 384×384.
 
-    The weights of one layer for one image are a float32 tensor ``(1, h, T, T)``, with
-    ``h = 12`` heads and ``T = 24² + 1 = 577`` tokens (a 24×24 grid of 16×16 patches and
-    the class token): an exact count, 15.24 MiB. A prediction within ±10% passes; the
-    usual slips (no heads, growth with T instead of T², 2 bytes per entry, both T×T
-    matrices of the explicit path) are named.
+    An exact count: a float32 ``(1, h, T, T)``, ``h = 12``, ``T = 24² + 1 = 577``; ±10% passes.
 
     Example:
         >>> check_attention_memory_prediction(15)
@@ -363,30 +313,18 @@ def check_attention_memory_prediction(predicted_mib: Any) -> None:
     h, p = PRESETS["vit_base_patch16_224"].num_heads, PRESETS["vit_base_patch16_224"].patch_size
     tokens = {size: patch_grid(size, p)[0] ** 2 + 1 for size in (224, 384)}
     growth = tokens[384] / tokens[224]
-    slips = [
-        (
-            f"you left out the heads: each of the {h} heads has its own T × T weights, so the "
-            f"tensor is (1, {h}, T, T)",
-            _weights_mib(384, heads=False),
-        ),
-        (
-            f"you scaled the 224×224 size ({at_224:.2f} MiB) with the number of tokens "
-            f"(×{growth:.2f}); the weights are a T × T matrix, so they grow with the "
-            f"square: ×{growth**2:.2f}",
-            at_224 * growth,
-        ),
-        (
-            "you counted 2 bytes per entry (float16 or bfloat16); the question is about "
-            "float32, 4 bytes",
-            actual / 2,
-        ),
-        (
-            "that is two T × T tensors, the scaled scores and the weights, which the explicit "
-            "path holds at once; the question asks for the weights alone",
-            2 * actual,
-        ),
-        ("you counted bits: a float32 entry takes 4 bytes, not 32", actual * 8),
-    ]
+    slips = {
+        f"you left out the heads: each of the {h} heads has its own T × T weights, so the "
+        f"tensor is (1, {h}, T, T)": _weights_mib(384, heads=False),
+        f"you scaled the 224×224 size ({at_224:.2f} MiB) with the number of tokens "
+        f"(×{growth:.2f}); the weights are a T × T matrix, so they grow with the "
+        f"square: ×{growth**2:.2f}": at_224 * growth,
+        "you counted 2 bytes per entry (float16 or bfloat16); the question is about "
+        "float32, 4 bytes": actual / 2,
+        "that is two T × T tensors, the scaled scores and the weights, which the explicit "
+        "path holds at once; the question asks for the weights alone": 2 * actual,
+        "you counted bits: a float32 entry takes 4 bytes, not 32": actual * 8,
+    }
     grade_prediction(
         "check_attention_memory_prediction",
         "predicted_mib",

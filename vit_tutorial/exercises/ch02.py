@@ -23,12 +23,8 @@ from vit_tutorial.exercises._common import (
 from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.patches import image_to_patches, pair, patch_grid
 
-__all__ = [
-    "check_image_to_patches",
-    "check_patch_embedding",
-    "check_patches_to_image",
-    "check_tokens_prediction",
-]
+__all__ = ["check_image_to_patches", "check_patch_embedding", "check_patches_to_image"]
+__all__ += ["check_tokens_prediction"]
 
 #: The usual wrong cuts: what each means for image_to_patches, then for its inverse (the
 #: pattern read backwards), then the pattern.
@@ -75,9 +71,8 @@ def _patch_slips(images: Tensor, patch_size: int | tuple[int, int]) -> list[tupl
 def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]) -> None:
     """Grade a learner's ``fn(images, patch_size) -> patches``.
 
-    ``images`` has shape ``(B, C, H, W)``; the answer must have shape ``(B, N, P_h·P_w·C)``
-    with the patches numbered row-major and each flattened in ``(p1 p2 c)`` order, as
-    :func:`vit_tutorial.patches.image_to_patches`.
+    ``(B, C, H, W)`` to ``(B, N, P_h·P_w·C)``, patches row-major and each flattened in
+    ``(p1 p2 c)`` order, as :func:`vit_tutorial.patches.image_to_patches`.
 
     Example:
         >>> check_image_to_patches(image_to_patches)
@@ -113,9 +108,8 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
 def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
     """Grade ``fn(conv) -> W``: the conv's weight as the matrix of an equivalent Linear.
 
-    ``conv`` is a patch-embedding ``Conv2d(C, D, kernel_size=P, stride=P)``; ``W`` must
-    have shape ``(D, P_h·P_w·C)`` such that ``image_to_patches(x, P) @ W.T + conv.bias``
-    equals the convolution's tokens.
+    ``W`` ``(D, P_h·P_w·C)``: ``image_to_patches(x, P) @ W.T + conv.bias`` equals the tokens
+    of the patch-embedding ``conv``.
 
     Example:
         >>> check_patch_embedding(lambda conv: rearrange(conv.weight, "d c p1 p2 -> d (p1 p2 c)"))
@@ -182,11 +176,8 @@ def check_patches_to_image(
 ) -> None:
     """Grade ``fn(patches, patch_size, image_size) -> images``, the inverse of cutting.
 
-    ``patches`` has shape ``(B, N, P_h·P_w·C)`` in the layout of
-    :func:`vit_tutorial.patches.image_to_patches` (row-major grid, ``(p1 p2 c)`` inside);
-    the answer must be the images ``(B, C, H, W)`` they were cut from, for square and
-    non-square images and patches, ``patch_size`` and ``image_size`` given as an int or
-    an ``(height, width)`` pair.
+    ``patches`` ``(B, N, P_h·P_w·C)`` are laid out as ``image_to_patches`` lays them out; the
+    answer is the images ``(B, C, H, W)``; sizes are ints or ``(height, width)`` pairs.
 
     Example:
         >>> from vit_tutorial.patches import patches_to_image
@@ -229,11 +220,8 @@ def check_patches_to_image(
 def check_tokens_prediction(predicted_tokens: Any) -> None:
     """Grade a prediction: the tokens ViT-B/16 reads at 224×224 with its patch size halved to 8.
 
-    The count is exact: ``N = (224 / 8)² = 784`` patches and the class token, 785 tokens. The
-    prediction must be exact; the usual slips (the class token left out, the grid doubled
-    instead of its two sides, the class token multiplied with the patches, the patch size
-    thought not to matter) are named when the prediction is exactly theirs (784 and 788 are
-    different slips, although both lie within 1% of 785).
+    Exact: ``(224 / 8)² = 784`` patches and the class token, 785; a slip is named only when
+    the prediction is exactly its number (784 and 788 both lie within 1% of 785).
 
     Example:
         >>> check_tokens_prediction(785)
@@ -243,19 +231,17 @@ def check_tokens_prediction(predicted_tokens: Any) -> None:
     gh, gw = patch_grid(224, 8)
     N = gh * gw
     N_16 = patch_grid(224, 16)[0] ** 2  # 196, the chapter's ViT-B/16
-    slips = [
-        ("You left out the class token: the encoder reads (N + 1) tokens.", N),
-        (
-            "Halving P halves both sides of the grid, 14 to 28 patches each: N grows 4×, not 2×.",
-            2 * N_16 + 1,
+    slips = {
+        "You left out the class token: the encoder reads (N + 1) tokens.": N,
+        "Halving P halves both sides of the grid, 14 to 28 patches each: N grows 4×, not 2×.": (
+            2 * N_16 + 1
         ),
-        (
-            "The class token is one token, however many patches: (4·196 + 1), not (4·197).",
-            4 * (N_16 + 1),
+        "The class token is one token, however many patches: (4·196 + 1), not (4·197).": (
+            4 * (N_16 + 1)
         ),
-        ("The number of tokens depends on P: N = HW/P².", N_16 + 1),
-        (f"That is the side of the grid, 224/8 = {gh}: N is Gh·Gw.", gh),
-    ]
+        "The number of tokens depends on P: N = HW/P².": N_16 + 1,
+        f"That is the side of the grid, 224/8 = {gh}: N is Gh·Gw.": gh,
+    }
     grade_prediction(
         "check_tokens_prediction",
         "predicted_tokens",

@@ -91,32 +91,29 @@ def _crash_hint(error: Exception, num_patches: int) -> str:
     return ""
 
 
-def _forward_slips(tokens: Tensor, cls: Tensor, pos: Tensor) -> list[tuple[str, Any]]:
+def _forward_slips(tokens: Tensor, cls: Tensor, pos: Tensor) -> dict[str, Any]:
     """What the usual mistakes compute."""
     B, N, _ = tokens.shape
     c = cls.expand(B, -1, -1)  # (B, 1, D)
     want = torch.cat([c, tokens], 1) + pos
-    return [
-        (_AT_END, torch.cat([tokens, c], 1) + pos),
-        (_AT_END, torch.cat([tokens + pos[:, 1:], c + pos[:, :1]], 1)),
-        (_AT_END, torch.cat([tokens + pos[:, :N], c], 1)),
-        (
-            "the positions were added before the class token was put in front: patch n got "
-            f"row n of the table, and the class token none. {_AFTER}",
-            torch.cat([c, tokens + pos[:, :N]], 1),
+    return {
+        _AT_END: [
+            torch.cat([tokens, c], 1) + pos,
+            torch.cat([tokens + pos[:, 1:], c + pos[:, :1]], 1),
+            torch.cat([tokens + pos[:, :N], c], 1),
+        ],
+        "the positions were added before the class token was put in front: patch n got "
+        f"row n of the table, and the class token none. {_AFTER}": torch.cat(
+            [c, tokens + pos[:, :N]], 1
         ),
-        (
-            "the class token gets no position: rows 1 to N of the table went to the patches "
-            f"before the concatenation, and row 0 to nothing. {_AFTER}",
-            torch.cat([c, tokens + pos[:, 1:]], 1),
+        "the class token gets no position: rows 1 to N of the table went to the patches "
+        f"before the concatenation, and row 0 to nothing. {_AFTER}": torch.cat(
+            [c, tokens + pos[:, 1:]], 1
         ),
-        ("the positions are not added: add self.pos_embed", torch.cat([c, tokens], 1)),
-        (
-            "the patch tokens are right, but token 0 is not self.cls_token plus row 0 of "
-            "the table: prepend the module's own parameter",
-            lambda got: close(got[:, 1:], want[:, 1:]),
-        ),
-    ]
+        "the positions are not added: add self.pos_embed": torch.cat([c, tokens], 1),
+        "the patch tokens are right, but token 0 is not self.cls_token plus row 0 of "
+        "the table: prepend the module's own parameter": lambda got: close(got[:, 1:], want[:, 1:]),
+    }
 
 
 def _grade_forward(module: nn.Module, tokens: Tensor, cls: Tensor, pos: Tensor, what: str) -> None:
@@ -161,14 +158,9 @@ def _grade_forward(module: nn.Module, tokens: Tensor, cls: Tensor, pos: Tensor, 
 def check_class_token_and_position(fn: Callable[[int, int], nn.Module]) -> None:
     """Grade ``fn(num_patches, dim) -> module``: the class token and the position table.
 
-    The module must hold two parameters, ``cls_token`` of shape ``(1, 1, D)`` and
-    ``pos_embed`` of shape ``(1, N + 1, D)``, and its forward must turn ``(B, N, D)`` patch
-    tokens into ``[cls; tokens] + pos_embed`` of shape ``(B, N + 1, D)``, for any batch size
-    (equation (1) of the ViT paper). The checker copies known numbers into both parameters,
-    runs batches of two sizes, and checks that gradients reach both. It names a class token
-    with a batch dimension, a table of N rows, positions added before the concatenation,
-    the class token put last, and torch.cat along the wrong axis; ``expand`` and ``repeat``
-    both pass.
+    The module holds ``cls_token`` ``(1, 1, D)`` and ``pos_embed`` ``(1, N + 1, D)``; its forward
+    turns ``(B, N, D)`` tokens into ``[cls; tokens] + pos_embed``, ``(B, N + 1, D)``, for any
+    batch size, with gradients reaching both parameters; ``expand`` and ``repeat`` both pass.
 
     Example:
         >>> class TokenInput(nn.Module):

@@ -20,15 +20,11 @@ from vit_tutorial.positional import (
     sinusoidal_2d,
 )
 
-__all__ = [
-    "check_bias_table_prediction",
-    "check_relative_position_index",
-    "check_resize_table",
-    "check_sinusoidal_2d",
-]
+__all__ = ["check_bias_table_prediction", "check_relative_position_index", "check_resize_table"]
+__all__ += ["check_sinusoidal_2d"]
 
 
-def _table_slips(grid_size: tuple[int, int], dim: int) -> list[tuple[str, Any]]:
+def _table_slips(grid_size: tuple[int, int], dim: int) -> dict[str, Any]:
     """What the usual wrong tables are, or a test that recognises them."""
     (gh, gw), want = grid_size, sinusoidal_2d(grid_size, dim)
     num_patches, half = gh * gw, dim // 2
@@ -45,54 +41,39 @@ def _table_slips(grid_size: tuple[int, int], dim: int) -> list[tuple[str, Any]]:
     def grid(got: Tensor) -> Tensor:  # (Gh, Gw, D)
         return got.float().reshape(gh, gw, dim)
 
-    return [
-        (
-            "patches in the same row but different columns get the "
-            "same code: the table encodes only the row, not the column",
-            lambda got: gw > 1 and torch.allclose(grid(got)[:, 0], grid(got)[:, 1], atol=1e-6),
+    return {
+        "patches in the same row but different columns get the "
+        "same code: the table encodes only the row, not the column": (
+            lambda got: gw > 1 and torch.allclose(grid(got)[:, 0], grid(got)[:, 1], atol=1e-6)
         ),
-        (
-            "patches in the same column but different rows get the "
-            "same code: the table encodes only the column, not the row",
-            lambda got: gh > 1 and torch.allclose(grid(got)[0], grid(got)[1], atol=1e-6),
+        "patches in the same column but different rows get the "
+        "same code: the table encodes only the column, not the row": (
+            lambda got: gh > 1 and torch.allclose(grid(got)[0], grid(got)[1], atol=1e-6)
         ),
-        (
-            f"this is the 1D code of the flattened index n = row·Gw + column, so the "
-            f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
-            f"in it although they sit at opposite ends of the image. Encode the row with half "
-            f"the channels and the column with the other half",
-            sinusoidal_1d(num_patches, dim),
+        f"this is the 1D code of the flattened index n = row·Gw + column, so the "
+        f"table knows one axis only: patch (0, {gw - 1}) and patch (1, 0) are neighbours "
+        f"in it although they sit at opposite ends of the image. Encode the row with half "
+        f"the channels and the column with the other half": sinusoidal_1d(num_patches, dim),
+        "the column is in the first half and the row in the second (swapping repeat "
+        "and repeat_interleave gives this table on a square grid); a valid code, but "
+        "the package puts the row first": torch.cat([want[:, half:], want[:, :half]], 1),
+        "sin and cos are swapped: each pair of channels is (sin, cos) of one angle, sin on "
+        "even channels and cos on odd "
+        "ones, as in sinusoidal_1d": rearrange(pairs.flip(-1), "n k two -> n (k two)"),
+        "all sines of an axis come before its cosines (MAE's layout); a valid code, but "
+        "sinusoidal_1d interleaves them: sin on even channels and cos on odd ones": (
+            rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2)
         ),
-        (
-            "the column is in the first half and the row in the second (swapping repeat "
-            "and repeat_interleave gives this table on a square grid); a valid code, but "
-            "the package puts the row first",
-            torch.cat([want[:, half:], want[:, :half]], 1),
-        ),
-        (
-            "sin and cos are swapped: each pair of channels is (sin, cos) of one angle, sin on "
-            "even channels and cos on odd ones, as in sinusoidal_1d",
-            rearrange(pairs.flip(-1), "n k two -> n (k two)"),
-        ),
-        (
-            "all sines of an axis come before its cosines (MAE's layout); a valid code, but "
-            "sinusoidal_1d interleaves them: sin on even channels and cos on odd ones",
-            rearrange(want, "n (xy k two) -> n (xy two k)", xy=2, two=2),
-        ),
-        (wrong_side, torch.cat(by_gh, 1)),
-        (wrong_side, torch.cat(by_gh[::-1], 1)),
-    ]
+        wrong_side: [torch.cat(by_gh, 1), torch.cat(by_gh[::-1], 1)],
+    }
 
 
 @checker
 def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
     """Grade a learner's ``fn(grid_size, dim) -> table`` against :func:`sinusoidal_2d`.
 
-    The table must have shape ``(Gh·Gw, D)``, rows in row-major grid order, the first half
-    of the channels the 1D code (:func:`sinusoidal_1d` of width D/2) of the patch's row
-    and the second half that of its column. Besides wrong numbers, the checker names the
-    two classic bugs: a table that encodes only one axis, and code that crashes or returns
-    the wrong shape on the 14×14 grid of ViT-B/16.
+    ``(Gh·Gw, D)``, rows row-major, the first D/2 channels the 1D code of the patch's row and
+    the rest that of its column; the cases include ViT-B/16's 14×14 grid.
 
     Example:
         >>> check_sinusoidal_2d(lambda grid_size, dim: sinusoidal_2d(grid_size, dim))
@@ -174,10 +155,8 @@ def _check_one_entry_per_offset(index: Tensor, grid_size: tuple[int, int], what:
 def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> None:
     """Grade ``fn(grid_size) -> index``, the lookup of a relative position bias table.
 
-    For a ``Gh × Gw`` grid, ``index`` has shape ``(N, N)`` with ``N = Gh·Gw`` and integer
-    entries in ``[0, (2Gh-1)(2Gw-1))``; ``index[n, m]`` must depend only on the 2D offset
-    between patch n and patch m, and different offsets must get different entries. Any
-    numbering of the offsets with that property passes.
+    ``index`` ``(N, N)`` holds integers in ``[0, (2Gh-1)(2Gw-1))``, equal exactly where the 2D
+    offsets between the patches are: any such numbering of the offsets passes.
 
     Example:
         >>> from vit_tutorial.positional import RelativePositionBias
@@ -302,13 +281,9 @@ def _resize_slips(
 def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], Tensor]) -> None:
     """Grade ``fn(table, old_grid, new_grid)``, a learned table resampled to a new grid.
 
-    ``table`` has shape ``(Gh·Gw, D)``, one row per patch of ``old_grid = (Gh, Gw)`` in
-    row-major order; the answer must have shape ``(Gh'·Gw', D)`` for ``new_grid`` and equal
-    :func:`~vit_tutorial.positional.resize_pos_embed` without prefix tokens: the table
-    viewed as a D-channel image, resized bicubically with ``align_corners=False`` and
-    ``antialias=True``. The checker shrinks and grows non-square grids and resizes
-    14×14 to 24×24; it names a grid read in the wrong order, a reshape that mixes
-    channels and patches, ``align_corners=True``, a missing antialias and another mode.
+    ``table`` ``(Gh·Gw, D)`` is row-major; the answer ``(Gh'·Gw', D)`` must equal
+    :func:`~vit_tutorial.positional.resize_pos_embed` without prefix tokens (bicubic,
+    ``align_corners=False``, ``antialias=True``), on grids shrunk, grown and 14×14 to 24×24.
 
     Example:
         >>> check_resize_table(lambda t, old, new: resize_pos_embed(t[None], old, new, 0)[0])
@@ -341,12 +316,8 @@ def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], 
 def check_bias_table_prediction(predicted_bias_table: Any) -> None:
     """Grade a prediction: the size of the relative bias table of ViT-B/16 at 384×384.
 
-    The package's :class:`~vit_tutorial.positional.RelativePositionBias` (BEiT's kind, over
-    the whole grid) on the 24×24 grid, with 12 heads and the class token: ``(2·24 - 1)²``
-    offsets and 3 entries for the class token, per head, 26,544 numbers, an exact count. The
-    prediction must be exact; the usual slips (positions counted instead of offsets, 2G
-    instead of 2G - 1, one head, no class-token entries, the 14×14 table of 224×224, the
-    ``(h, T, T)`` bias it produces) are named when the prediction is exactly theirs.
+    Exact: ``(2·24 - 1)²`` offsets and 3 class-token entries per head, 12 heads, 26,544; a
+    slip is named only when the prediction is exactly its number.
 
     Example:
         >>> check_bias_table_prediction(26544)
@@ -357,35 +328,20 @@ def check_bias_table_prediction(predicted_bias_table: Any) -> None:
     actual = RelativePositionBias(G, num_heads=h, num_prefix_tokens=1).table.numel()
     offsets = (2 * G - 1) ** 2  # 47² = 2,209
     position = "A table entry is an offset, not a position"
-    slips = [
-        (
-            "You left out the class token's 3 entries per head (class token to "
-            "patch, patch to class token, class token to class token).",
-            offsets * h,
-        ),
-        (f"That is one head's table; each of the {h} heads has its own.", offsets + 3),
-        (f"That is one head's table without the class token's 3 entries; there are {h}.", offsets),
-        (
-            f"{position}: along a {G}-patch axis offsets run from -{G - 1} to {G - 1}, "
-            f"(2G - 1) of them, so (2G - 1)² per head.",
-            (G * G + 3) * h,
-        ),
-        (f"{position}: (2G - 1)² per head, not G².", G * G * h),
-        (
-            f"Offsets run from -{G - 1} to {G - 1}: (2G - 1) per axis, not 2G.",
-            ((2 * G) ** 2 + 3) * h,
-        ),
-        (
-            "That is the table of the 14×14 grid at 224×224; this "
-            "one spans the whole grid (BEiT's kind), so it grows with the image.",
-            ((2 * 14 - 1) ** 2 + 3) * h,
-        ),
-        (
-            "That is the (h, T, T) bias that the index reads out of the "
-            "table; the table holds one entry per offset.",
-            (G * G + 1) ** 2 * h,
-        ),
-    ]
+    slips = {
+        "You left out the class token's 3 entries per head (class token to "
+        "patch, patch to class token, class token to class token).": offsets * h,
+        f"That is one head's table; each of the {h} heads has its own.": offsets + 3,
+        f"That is one head's table without the class token's 3 entries; there are {h}.": offsets,
+        f"{position}: along a {G}-patch axis offsets run from -{G - 1} to {G - 1}, "
+        f"(2G - 1) of them, so (2G - 1)² per head.": (G * G + 3) * h,
+        f"{position}: (2G - 1)² per head, not G².": G * G * h,
+        f"Offsets run from -{G - 1} to {G - 1}: (2G - 1) per axis, not 2G.": ((2 * G) ** 2 + 3) * h,
+        "That is the table of the 14×14 grid at 224×224; this one spans the whole grid "
+        "(BEiT's kind), so it grows with the image.": ((2 * 14 - 1) ** 2 + 3) * h,
+        "That is the (h, T, T) bias that the index reads out of the "
+        "table; the table holds one entry per offset.": (G * G + 1) ** 2 * h,
+    }
     grade_prediction(
         "check_bias_table_prediction",
         "predicted_bias_table",

@@ -94,9 +94,8 @@ def _dropped_samples(
 def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     """Grade a learner's ``fn(x, p, training) -> Tensor``, stochastic depth.
 
-    In training, each sample (row of the batch) must be zeroed with probability ``p``
-    and otherwise scaled by ``1 / (1 - p)``; at evaluation, or with ``p = 0``, ``x`` must
-    come back unchanged.
+    In training each sample is zeroed with probability ``p``, else scaled by ``1 / (1 - p)``;
+    at evaluation, or with ``p = 0``, ``x`` comes back unchanged.
 
     Example:
         >>> from vit_tutorial.encoder import drop_path
@@ -127,7 +126,7 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
     )
 
 
-def _block_slips(block: EncoderBlock, x: Tensor) -> list[tuple[str, Tensor]]:
+def _block_slips(block: EncoderBlock, x: Tensor) -> dict[str, Tensor]:
     """What the usual wrong forwards return."""
     ln1, ln2, attn, mlp = block.norm1, block.norm2, block.attn, block.mlp
     h = ln1(x)
@@ -135,46 +134,29 @@ def _block_slips(block: EncoderBlock, x: Tensor) -> list[tuple[str, Tensor]]:
     normed_stream = ln2(normed_stream) + mlp(ln2(normed_stream))
     post = ln1(x + attn(x))
     a, y, z = attn(ln1(x)), x + attn(ln1(x)), x + mlp(ln2(x))
-    return [
-        (
-            "this is post-norm, LN(x + f(x)), the original Transformer; ViT is pre-norm: "
-            "x + f(LN(x)), the LayerNorm inside the branch.",
-            ln2(post + mlp(post)),
+    return {
+        "this is post-norm, LN(x + f(x)), the original Transformer; ViT is pre-norm: "
+        "x + f(LN(x)), the LayerNorm inside the branch.": ln2(post + mlp(post)),
+        "you added the branch to the normalised tokens (x = LN(x); x = x + f(x)); "
+        "the residual stream must carry the un-normalised x: x = x + f(LN(x)).": normed_stream,
+        "the residual connections are missing: each branch's output is added to "
+        "its input, x = x + f(LN(x)).": mlp(ln2(attn(ln1(x)))),
+        "the attention branch has no residual connection: write "
+        "x = x + attn(norm1(x)), not x = attn(norm1(x)).": a + mlp(ln2(a)),
+        "the MLP branch has no residual connection: write "
+        "x = x + mlp(norm2(x)), not x = mlp(norm2(x)).": mlp(ln2(y)),
+        "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for the MLP).": (
+            y + mlp(ln1(y))
         ),
-        (
-            "you added the branch to the normalised tokens (x = LN(x); x = x + f(x)); "
-            "the residual stream must carry the un-normalised x: x = x + f(LN(x)).",
-            normed_stream,
-        ),
-        (
-            "the residual connections are missing: each branch's output is added to "
-            "its input, x = x + f(LN(x)).",
-            mlp(ln2(attn(ln1(x)))),
-        ),
-        (
-            "the attention branch has no residual connection: write "
-            "x = x + attn(norm1(x)), not x = attn(norm1(x)).",
-            a + mlp(ln2(a)),
-        ),
-        (
-            "the MLP branch has no residual connection: write "
-            "x = x + mlp(norm2(x)), not x = mlp(norm2(x)).",
-            mlp(ln2(y)),
-        ),
-        (
-            "the MLP branch reused norm1; each branch has its own LayerNorm (norm2 for the MLP).",
-            y + mlp(ln1(y)),
-        ),
-        ("attention comes first, then the MLP.", z + attn(ln1(z))),
-    ]
+        "attention comes first, then the MLP.": z + attn(ln1(z)),
+    }
 
 
 @checker
 def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
     """Grade a learner's ``fn(block, x) -> Tensor``, the forward pass of a pre-norm block.
 
-    ``fn`` must use ``block.norm1``, ``block.attn``, ``block.norm2`` and ``block.mlp`` of an
-    :class:`~vit_tutorial.encoder.EncoderBlock` to compute
+    With the parts of an :class:`~vit_tutorial.encoder.EncoderBlock`:
     ``x = x + attn(norm1(x))`` then ``x = x + mlp(norm2(x))``.
 
     Example:
@@ -208,90 +190,64 @@ _BIASED = "x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1)"
 _LAST_AXIS = "LayerNorm normalises each token over its D features, the last axis"
 
 
-def _variance_slips(
-    x: Tensor, weight: Tensor, bias: Tensor, eps: float
-) -> list[tuple[str, Tensor]]:
+def _variance_slips(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> dict[str, Tensor]:
     """What the usual slips of a hand-written LayerNorm in its variance and ``eps`` return."""
     D = x.shape[-1]
     centred = x - x.mean(-1, keepdim=True)
     var = x.var(-1, unbiased=False, keepdim=True)  # the right, biased, variance
     unbiased = x.var(-1, keepdim=True)  # divides by D - 1
-    return [
-        (
-            f"the variance divides by (D - 1) = {D - 1}, torch.var's default (unbiased); "
-            f"LayerNorm uses the biased variance, which divides by D: {_BIASED}",
-            weight * centred / torch.sqrt(unbiased + eps) + bias,
-        ),
-        (
-            f"two slips: the variance divides by D - 1 (torch.std's default) instead of D, "
-            f"and eps is added to the standard deviation instead of the variance; write "
-            f"(x - mean)/sqrt(var + eps) with the biased variance, {_BIASED}",
-            weight * centred / (unbiased.sqrt() + eps) + bias,
-        ),
-        (
-            "eps is added outside the square root, to the standard deviation; it belongs "
-            "inside, with the variance: (x - mean)/sqrt(var + eps). The two differ when a "
-            "token's variance is as small as eps",
-            weight * centred / (var.sqrt() + eps) + bias,
-        ),
-        *[
-            (
-                f"you used eps={fixed:g} ({whose}), not the eps argument, eps={eps:g}",
-                F.layer_norm(x, (D,), weight, bias, fixed),
+    return {
+        f"the variance divides by (D - 1) = {D - 1}, torch.var's default (unbiased); "
+        f"LayerNorm uses the biased variance, which divides by D: "
+        f"{_BIASED}": weight * centred / torch.sqrt(unbiased + eps) + bias,
+        f"two slips: the variance divides by D - 1 (torch.std's default) instead of D, "
+        f"and eps is added to the standard deviation instead of the variance; write "
+        f"(x - mean)/sqrt(var + eps) with the biased variance, "
+        f"{_BIASED}": weight * centred / (unbiased.sqrt() + eps) + bias,
+        "eps is added outside the square root, to the standard deviation; it belongs "
+        "inside, with the variance: (x - mean)/sqrt(var + eps). The two differ when a "
+        "token's variance is as small as eps": weight * centred / (var.sqrt() + eps) + bias,
+        **{
+            f"you used eps={fixed:g} ({whose}), not the eps argument, eps={eps:g}": (
+                F.layer_norm(x, (D,), weight, bias, fixed)
             )
             for fixed, whose in [(1e-5, "PyTorch's default"), (1e-6, "ViT's value")]
-        ],
-        (
-            "the eps argument is not used: it keeps the division safe for a token of "
-            "small variance, (x - mean)/sqrt(var + eps)",
-            weight * centred / var.sqrt() + bias,
-        ),
-    ]
+        },
+        "the eps argument is not used: it keeps the division safe for a token of "
+        "small variance, (x - mean)/sqrt(var + eps)": weight * centred / var.sqrt() + bias,
+    }
 
 
-def _axis_slips(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> list[tuple[str, Tensor]]:
+def _axis_slips(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> dict[str, Tensor]:
     """What a LayerNorm over the wrong axes, or with the wrong affine part, returns."""
 
     def standardised(dims: tuple[int, ...]) -> Tensor:  # (x - mean)/sqrt(var + eps)
         mu, var = x.mean(dims, keepdim=True), x.var(dims, unbiased=False, keepdim=True)
         return (x - mu) / torch.sqrt(var + eps)
 
-    return [
-        (
-            f"the statistics are taken over the tokens (axis -2); {_LAST_AXIS}: mean(-1), var(-1)",
-            weight * standardised((-2,)) + bias,
+    return {
+        f"the statistics are taken over the tokens (axis -2); {_LAST_AXIS}: mean(-1), var(-1)": (
+            weight * standardised((-2,)) + bias
         ),
-        (
-            "the statistics are taken over all the tokens and features of a sequence, "
-            f"(T, D) at once; {_LAST_AXIS}: mean(-1), var(-1)",
-            weight * standardised((-2, -1)) + bias,
+        "the statistics are taken over all the tokens and features of a sequence, "
+        f"(T, D) at once; {_LAST_AXIS}: mean(-1), var(-1)": weight * standardised((-2, -1)) + bias,
+        "the statistics are taken over the first axis, the batch: that is batch "
+        f"normalisation; {_LAST_AXIS}: mean(-1), var(-1)": weight * standardised((0,)) + bias,
+        "weight and bias are not applied: weight·(x - mean)/sqrt(var + eps) + bias": (
+            standardised((-1,))
         ),
-        (
-            "the statistics are taken over the first axis, the batch: that is batch "
-            f"normalisation; {_LAST_AXIS}: mean(-1), var(-1)",
-            weight * standardised((0,)) + bias,
+        "weight and bias are swapped: the weight (γ) scales, the bias (β) shifts": (
+            bias * standardised((-1,)) + weight
         ),
-        (
-            "weight and bias are not applied: weight·(x - mean)/sqrt(var + eps) + bias",
-            standardised((-1,)),
-        ),
-        (
-            "weight and bias are swapped: the weight (γ) scales, the bias (β) shifts",
-            bias * standardised((-1,)) + weight,
-        ),
-    ]
+    }
 
 
 @checker
 def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> None:
     """Grade a learner's ``fn(x, weight, bias, eps) -> Tensor``, LayerNorm written by hand.
 
-    ``x`` has shape ``(..., D)``; the answer must equal
-    ``F.layer_norm(x, (D,), weight, bias, eps)``: each token standardised over its D
-    features with the biased variance and ``eps`` inside the square root, then scaled by
-    ``weight`` and shifted by ``bias``. The checker tries ``(B, T, D)`` tokens of variance
-    close to ``eps``, spread-out tokens, and one ``(T, D)`` sequence with a large ``eps``;
-    it names the unbiased variance, ``eps`` outside the root, and the wrong axis.
+    The answer must equal ``F.layer_norm(x, (D,), weight, bias, eps)``, on tokens of variance
+    close to ``eps``, spread-out tokens, and a ``(T, D)`` sequence with a large ``eps``.
 
     Example:
         >>> check_layer_norm(lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps))
@@ -312,7 +268,7 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
             (x, weight, bias, eps),
             F.layer_norm(x, (D,), weight, bias, eps),
             what,
-            lambda *args: _variance_slips(*args) + _axis_slips(*args),
+            lambda *args: _variance_slips(*args) | _axis_slips(*args),
             expected=f"{what}: the output must have the input's shape, got {{got}}",
             otherwise="the output differs from F.layer_norm(x, (D,), weight, bias, eps); "
             "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis",
@@ -324,10 +280,7 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
 def check_block_params_prediction(predicted_block_params: Any) -> None:
     """Grade a prediction: the parameters of ``EncoderBlock(dim=192, num_heads=3)``, ViT-Ti's.
 
-    The count is exact, that of the package's block (``mlp_ratio=4``, ``qkv_bias=True``) built
-    on the meta device: ``12D² + 13D``. A prediction within ±5% passes (``12D²`` does); the
-    usual slips are named: one branch alone, q, k and v sharing one D×D matrix, the output
-    projection forgotten, the MLP not widened, the heads multiplying the weights.
+    Exact, ``12D² + 13D`` (``mlp_ratio=4``, ``qkv_bias=True``); ±5% passes (``12D²`` does).
 
     Example:
         >>> check_block_params_prediction(12 * 192**2)
@@ -339,17 +292,16 @@ def check_block_params_prediction(predicted_block_params: Any) -> None:
     with torch.device("meta"):  # shapes only
         actual = sum(p.numel() for p in EncoderBlock(dim=D, num_heads=h).parameters())
     attention, mlp = 4 * D * D + 4 * D, 8 * D * D + 5 * D
-    slips = [
-        ("That is the attention alone (4D² + 4D): the MLP adds 8D² + 5D.", attention),
-        ("That is the MLP alone (D → 4D → D: 8D² + 5D): attention adds 4D² + 4D.", mlp),
-        ("q, k and v have a D×D matrix each, the output projection a fourth.", 10 * D * D),
-        ("The attention's output projection (D² + D) is missing.", 11 * D * D),
-        ("The MLP widens each token to rD = 4D: its two matrices hold 8D², not 2D².", 6 * D * D),
-        (
-            "The heads split D (each of width D/h = 64): their number changes no weight.",
-            h * 4 * D * D + 8 * D * D,
+    slips = {
+        "That is the attention alone (4D² + 4D): the MLP adds 8D² + 5D.": attention,
+        "That is the MLP alone (D → 4D → D: 8D² + 5D): attention adds 4D² + 4D.": mlp,
+        "q, k and v have a D×D matrix each, the output projection a fourth.": 10 * D * D,
+        "The attention's output projection (D² + D) is missing.": 11 * D * D,
+        "The MLP widens each token to rD = 4D: its two matrices hold 8D², not 2D².": 6 * D * D,
+        "The heads split D (each of width D/h = 64): their number changes no weight.": (
+            h * 4 * D * D + 8 * D * D
         ),
-    ]
+    }
     grade_prediction(
         "check_block_params_prediction",
         "predicted_block_params",

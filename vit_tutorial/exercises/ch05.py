@@ -37,69 +37,49 @@ def _by_offset(c: ViTConfig) -> dict[int, str]:
     them cannot tell which part is missing: the explanation then lists every candidate.
     """
     found: dict[int, list[str]] = {}
-    for what, delta in _slips(c):
+    for what, delta in _slips(c).items():
         if delta != 0:
             found.setdefault(delta, []).append(what)
     return {delta: "; or ".join(whats) for delta, whats in found.items()}
 
 
-def _slips(c: ViTConfig) -> list[tuple[str, int]]:
+def _slips(c: ViTConfig) -> dict[str, int]:
     """The usual slips of a ViT parameter count: (what went wrong, got - right)."""
     D, L, K, r = c.dim, c.depth, c.num_classes, int(c.dim * c.mlp_ratio)
     G = c.image_size // c.patch_size  # the grid's side
     T = G * G + 1  # tokens: N = G² patches and the class token
-    return [
-        (
-            "one D-vector is missing: the bias of the patch embedding (one per output "
-            "channel of the conv), the class token, or its row of the position table (N + 1 rows "
-            "for N patches)",
-            -D,
+    return {
+        "one D-vector is missing: the bias of the patch embedding (one per output "
+        "channel of the conv), the class token, or its row of the position table (N + 1 rows "
+        "for N patches)": -D,
+        "2·D numbers are missing: the final LayerNorm (after the last block, a scale "
+        "γ and a shift β of D numbers each), or two D-vectors among the patch embedding's "
+        "bias, the class token and its position row": -2 * D,
+        "the position embeddings ((Gh·Gw + 1)·D) are missing": -T * D,
+        f"the grid has (H/P)² = {G * G} patches, not H/P = {G}: the position "
+        "table has N + 1 rows": -(G * G - G) * D,
+        "the LayerNorms are missing: two per block and one at the end, "
+        "each with a scale γ and a shift β of D numbers": -(L * 4 * D + 2 * D),
+        "the LayerNorms' shifts β are missing: each LayerNorm has D of them besides its scale γ": (
+            -(2 * L + 1) * D
         ),
-        (
-            "2·D numbers are missing: the final LayerNorm (after the last block, a scale "
-            "γ and a shift β of D numbers each), or two D-vectors among the patch embedding's "
-            "bias, the class token and its position row",
-            -2 * D,
+        "the biases of the convolution and the Linear layers are missing": (
+            -(D + L * (3 * D + D + r + D) + K)
         ),
-        ("the position embeddings ((Gh·Gw + 1)·D) are missing", -T * D),
-        (
-            f"the grid has (H/P)² = {G * G} patches, not H/P = {G}: the position "
-            "table has N + 1 rows",
-            -(G * G - G) * D,
+        "the query, key and value biases are missing (qkv_bias=True: 3·D per block)": -3 * L * D,
+        "the MLP's two biases are missing (mlp_ratio·D + D numbers per block)": -L * (r + D),
+        "the head's bias is missing (num_classes numbers)": -K,
+        "the classification head (D·num_classes + num_classes) is missing": -(D * K + K),
+        "the attention's output projection (D² + D per block) is missing": -L * (D * D + D),
+        "the attention's input projection makes queries, keys and "
+        "values: 3·D² weights and 3·D biases, not D² + D": -(L * (2 * D * D + 2 * D)),
+        f"the MLP's hidden width is mlp_ratio·D = {r} here, not 4·D = {4 * D}": (
+            L * (4 * D - r) * (2 * D + 1)
         ),
-        (
-            "the LayerNorms are missing: two per block and one at the end, "
-            "each with a scale γ and a shift β of D numbers",
-            -(L * 4 * D + 2 * D),
+        f"the patch embedding's kernel has C·P²·D weights: C = {c.in_channels} channels": (
+            -(c.in_channels - 1) * c.patch_size**2 * D
         ),
-        (
-            "the LayerNorms' shifts β are missing: each LayerNorm has D of them "
-            "besides its scale γ",
-            -(2 * L + 1) * D,
-        ),
-        (
-            "the biases of the convolution and the Linear layers are missing",
-            -(D + L * (3 * D + D + r + D) + K),
-        ),
-        ("the query, key and value biases are missing (qkv_bias=True: 3·D per block)", -3 * L * D),
-        ("the MLP's two biases are missing (mlp_ratio·D + D numbers per block)", -L * (r + D)),
-        ("the head's bias is missing (num_classes numbers)", -K),
-        ("the classification head (D·num_classes + num_classes) is missing", -(D * K + K)),
-        ("the attention's output projection (D² + D per block) is missing", -L * (D * D + D)),
-        (
-            "the attention's input projection makes queries, keys and "
-            "values: 3·D² weights and 3·D biases, not D² + D",
-            -(L * (2 * D * D + 2 * D)),
-        ),
-        (
-            f"the MLP's hidden width is mlp_ratio·D = {r} here, not 4·D = {4 * D}",
-            L * (4 * D - r) * (2 * D + 1),
-        ),
-        (
-            f"the patch embedding's kernel has C·P²·D weights: C = {c.in_channels} channels",
-            -(c.in_channels - 1) * c.patch_size**2 * D,
-        ),
-    ]
+    }
 
 
 def _explain(fn: Callable[[ViTConfig], int], cases: list[ViTConfig], failing: ViTConfig) -> str:
@@ -112,11 +92,11 @@ def _explain(fn: Callable[[ViTConfig], int], cases: list[ViTConfig], failing: Vi
             offs.append(int(fn(c)) - _count(c))
         except Exception:  # the config fn failed on is compared; the others may raise
             offs.append(None)
-    table = [_slips(c) for c in cases]
+    table = [list(_slips(c).values()) for c in cases]
     fitting = [
         what
-        for i, (what, _) in enumerate(table[cases.index(failing)])
-        if all(off is None or slips[i][1] == off for slips, off in zip(table, offs))
+        for i, what in enumerate(_slips(failing))
+        if all(off is None or deltas[i] == off for deltas, off in zip(table, offs))
     ]
     general = "compare it term by term with the per-component table of the chapter"
     off = offs[cases.index(failing)]
@@ -213,11 +193,8 @@ def _check_top_k(got: object, k: int) -> tuple[Tensor, Tensor]:
 def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, Tensor]]) -> None:
     """Grade a learner's ``fn(model, images, k) -> (probabilities, classes)``, the top k.
 
-    ``fn`` gets a model with dropout and drop path, left in training mode; it must switch
-    it to evaluation (and may switch it back afterwards, as
-    :func:`~vit_tutorial.engine.predict` does), run without building an autograd graph,
-    turn the logits into probabilities with a softmax over the classes, and return the k
-    largest with their class indices, both of shape ``(B, k)``.
+    ``model`` has dropout and is in training mode: ``fn`` must evaluate it in eval mode,
+    without autograd, softmax over the classes, and return both ``(B, k)``.
 
     Example:
         >>> check_predict(_reference)
@@ -322,12 +299,8 @@ def _pooling_slips(tokens: Tensor, pool: str, k: int) -> list[tuple[str, Tensor]
 def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
     """Grade a learner's ``fn(tokens, pool, num_prefix_tokens) -> (B, D)``, the pooled tokens.
 
-    ``tokens`` ``(B, T, D)`` are what ``model.forward_features`` returns. ``pool='cls'``
-    takes the class token, ``tokens[:, 0]``; ``pool='mean'`` averages the tokens after the
-    ``num_prefix_tokens`` prefix tokens (class token, distillation token), as timm's
-    ``global_pool='avg'`` does; the package's mean-pooling model has no class token, so
-    there it averages all T tokens. No LayerNorm: the model applies it before ('cls') or
-    after ('mean') the pooling.
+    ``pool='cls'`` takes ``tokens[:, 0]``; ``pool='mean'`` averages the tokens after the
+    ``num_prefix_tokens`` prefix ones, as timm's ``global_pool='avg'``; no LayerNorm.
 
     Example:
         >>> check_pooling(_pool)
@@ -359,10 +332,7 @@ def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
 def check_patch_flops_prediction(predicted_flops_factor: Any) -> None:
     """Grade a prediction: how many times ViT-B/16's FLOPs grow with patch size 8 (ViT-B/8).
 
-    The factor is exact, ``vit_flops`` of the two configurations at 224×224: the tokens grow
-    from 197 to 785, the linear layers with them, attention's ``T²`` part with their square.
-    A prediction within ±5% passes; the usual slips (the token ratio, its square, the grid
-    thought to double) are named.
+    Exact, ``vit_flops`` of the two configurations at 224×224; ±5% passes.
 
     Example:
         >>> check_patch_flops_prediction(4.5)
@@ -374,20 +344,14 @@ def check_patch_flops_prediction(predicted_flops_factor: Any) -> None:
     (f16, f8), (t16, t8) = (vit_flops(b16), vit_flops(b8)), ((224 // 16) ** 2 + 1, 785)
     quadratic = [b.depth * 4 * t**2 * b.dim / f for b, t, f in ((b16, t16, f16), (b8, t8, f8))]
     share = f"{quadratic[0]:.0%} of the FLOPs at 197 tokens, {quadratic[1]:.0%} at 785"
-    slips = [
-        (
-            f"That is the token ratio ({t8}/{t16}): the linear layers grow by it, but attention's "
-            f"T² part by its square ({share}).",
-            t8 / t16,
-        ),
-        (
-            f"Only attention's T² part grows with the square of the tokens, and it is {share}: "
-            "the linear layers grow 4×.",
-            (t8 / t16) ** 2,
-        ),
-        ("Halving P halves both sides of the grid: N grows 4×, not 2×.", 2.0),
-        ("Smaller patches make more tokens, and more FLOPs, not fewer.", 0.25),
-    ]
+    slips = {
+        f"That is the token ratio ({t8}/{t16}): the linear layers grow by it, but attention's "
+        f"T² part by its square ({share}).": t8 / t16,
+        f"Only attention's T² part grows with the square of the tokens, and it is {share}: "
+        "the linear layers grow 4×.": (t8 / t16) ** 2,
+        "Halving P halves both sides of the grid: N grows 4×, not 2×.": 2.0,
+        "Smaller patches make more tokens, and more FLOPs, not fewer.": 0.25,
+    }
     grade_prediction(
         "check_patch_flops_prediction",
         "predicted_flops_factor",

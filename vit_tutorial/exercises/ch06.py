@@ -17,6 +17,7 @@ from vit_tutorial.exercises._common import (
     call_safely,
     checker,
     close,
+    diagnose,
     expect_number,
     grade_loss,
     passed,
@@ -37,15 +38,43 @@ def _lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
     return lr * (1 + math.cos(math.pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2
 
 
+_FORMULAS = "compare with the two formulas in the chapter"
+
+
+def _schedule_slips(t: int, lr: float, w: int, S: int) -> dict[str, Callable[[float], bool]]:
+    """Tests that recognise the rate of step ``t`` under the usual wrong schedules."""
+
+    def near(rate: float, abs_tol: float = 0.0) -> Callable[[float], bool]:
+        return lambda got: math.isclose(got, rate, rel_tol=1e-6, abs_tol=abs_tol)
+
+    if t < w:
+        return {
+            "your warm-up starts at 0, so the first step does not learn at all; "
+            "step t uses lr·(t + 1)/(w + 1), reaching lr at step w": near(lr * t / w),
+            f"your warm-up reaches lr one step early, at step w - 1 = {w - 1}, and "
+            f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
+            f"lr·(t + 1)/(w + 1), reaching lr at step w, "
+            "where the cosine starts": near(lr * (t + 1) / w),
+            "there is no warm-up: the rate must rise linearly during the first w steps": near(
+                _lr_at(t, lr, 0, S)
+            ),
+        }
+    return {
+        "the cosine must start after the warm-up: its phase is π(t - w)/(S - w), "
+        "not πt/S, or the peak rate is never used": near(lr * (1 + math.cos(math.pi * t / S)) / 2),
+        "the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0": near(
+            lr * math.cos(math.pi * (t - w) / (S - w)), abs_tol=1e-12
+        ),
+    }
+
+
 @checker
 def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
     """Grade a learner's ``fn(step, lr, warmup_steps, total_steps) -> float``.
 
-    It must return the learning rate that step ``step`` (from 0) uses under
-    :func:`~vit_tutorial.engine.warmup_cosine`: ``lr · (t + 1) / (w + 1)`` during the
-    warm-up (``t < w``), then ``lr · (1 + cos(π (t - w) / (S - w))) / 2``, with
-    ``w = warmup_steps`` and ``S = total_steps``. The answer is compared with the rates the
-    torch schedulers actually produce.
+    The rate of step ``t`` (from 0) under :func:`~vit_tutorial.engine.warmup_cosine`, against
+    the rates torch's schedulers produce: ``lr · (t + 1) / (w + 1)`` while ``t < w``, then
+    ``lr · (1 + cos(π (t - w) / (S - w))) / 2``.
 
     Example:
         >>> check_lr_schedule(_lr_at)
@@ -61,36 +90,9 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
             scheduler.step()
             where = f"step {t} of lr={lr}, warmup_steps={w}, total_steps={S}"
             got = expect_number(call_safely(fn, (t, lr, w, S), where), where)
-            if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
-                continue
-            where += f": got {got:.6g}, want {want:.6g}"
-            if t < w and math.isclose(got, lr * t / w, rel_tol=1e-6):
-                hint = (
-                    "your warm-up starts at 0, so the first step does not learn at all; "
-                    "step t uses lr·(t + 1)/(w + 1), reaching lr at step w"
-                )
-            elif t < w and math.isclose(got, lr * (t + 1) / w, rel_tol=1e-6):
-                hint = (
-                    f"your warm-up reaches lr one step early, at step w - 1 = {w - 1}, and "
-                    f"steps w - 1 and w both use the peak; divide by w + 1: step t uses "
-                    f"lr·(t + 1)/(w + 1), reaching lr at step w, where the cosine starts"
-                )
-            elif t < w and math.isclose(got, _lr_at(t, lr, 0, S), rel_tol=1e-6):
-                hint = "there is no warm-up: the rate must rise linearly during the first w steps"
-            elif t >= w and math.isclose(
-                got, lr * (1 + math.cos(math.pi * t / S)) / 2, rel_tol=1e-6
-            ):
-                hint = (
-                    "the cosine must start after the warm-up: its phase is π(t - w)/(S - w), "
-                    "not πt/S, or the peak rate is never used"
-                )
-            elif t >= w and math.isclose(
-                got, lr * math.cos(math.pi * (t - w) / (S - w)), rel_tol=1e-6, abs_tol=1e-12
-            ):
-                hint = "the cosine goes negative: use (1 + cos(·)) / 2, which falls from 1 to 0"
-            else:
-                hint = "compare with the two formulas in the chapter"
-            raise AssertionError(f"{where}; {hint}.")
+            if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
+                hint = diagnose(got, _schedule_slips(t, lr, w, S), _FORMULAS)
+                raise AssertionError(f"{where}: got {got:.6g}, want {want:.6g}; {hint}.")
     passed(
         "check_lr_schedule",
         "matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.",
@@ -188,11 +190,8 @@ def _diagnose_decay(model: nn.Module, decayed: set[str], want_decayed: set[str])
 def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None:
     """Grade a learner's ``fn(model, weight_decay) -> list of AdamW parameter groups``.
 
-    Any groups that ``torch.optim`` accepts will do (a list or a generator of dicts,
-    ``params`` a list, a tuple or a generator). Every parameter must appear in exactly one
-    group. The weight matrices (and convolution
-    kernels) get ``weight_decay``; biases, normalisation weights and the names in
-    ``model.no_weight_decay()`` (class token, position embeddings) get ``weight_decay=0``.
+    Any groups ``torch.optim`` accepts; each parameter in one group: weight matrices and
+    kernels decayed, biases, norm weights and ``model.no_weight_decay()`` at 0.
 
     Example:
         >>> check_param_groups(param_groups)
@@ -232,57 +231,41 @@ def _target(targets: Tensor, K: int, on_true: float, elsewhere: float) -> Tensor
     return q
 
 
-def _smoothing_slips(logits: Tensor, targets: Tensor, eps: float) -> list[tuple[str, Tensor]]:
+def _smoothing_slips(logits: Tensor, targets: Tensor, eps: float) -> dict[str, Tensor]:
     """The loss that each usual mistake computes."""
     logits = logits.double()
     K, log_p = logits.shape[-1], logits.log_softmax(dim=-1)
     q = _target(targets, K, 1 - eps + eps / K, eps / K)
     want = _loss(q, log_p)
-    return [
-        (
-            f"you spread ε over the K - 1 = {K - 1} other classes; the target puts ε/K on "
-            "every class, the true one included: q_k = (1 - ε)·[k = y] + ε/K",
-            _loss(_target(targets, K, 1 - eps, eps / (K - 1)), log_p),
+    return {
+        f"you spread ε over the K - 1 = {K - 1} other classes; the target puts ε/K on "
+        "every class, the true one included: q_k = "
+        "(1 - ε)·[k = y] + ε/K": _loss(_target(targets, K, 1 - eps, eps / (K - 1)), log_p),
+        "the true class must get 1 - ε + ε/K, not 1 - ε: it gets its share ε/K of the "
+        "smoothing too": _loss(_target(targets, K, 1 - eps, eps / K), log_p),
+        "you used the probabilities p where the loss takes their logarithm: "
+        "-Σ q_k log p_k, with log p from log_softmax(dim=-1)": _loss(q, log_p.exp()),
+        "the smoothing is missing: this is the cross-entropy of the one-hot target": (
+            _loss(_target(targets, K, 1.0, 0.0), log_p)
         ),
-        (
-            "the true class must get 1 - ε + ε/K, not 1 - ε: it gets its share ε/K of the "
-            "smoothing too",
-            _loss(_target(targets, K, 1 - eps, eps / K), log_p),
+        "the log-softmax runs over the batch (dim=0): it must run over the classes (dim=-1)": (
+            _loss(q, logits.log_softmax(dim=0))
         ),
-        (
-            "you used the probabilities p where the loss takes their logarithm: "
-            "-Σ q_k log p_k, with log p from log_softmax(dim=-1)",
-            _loss(q, log_p.exp()),
+        "you summed the losses of the batch: take their mean, as F.cross_entropy does": (
+            want * len(targets)
         ),
-        (
-            "the smoothing is missing: this is the cross-entropy of the one-hot target",
-            _loss(_target(targets, K, 1.0, 0.0), log_p),
-        ),
-        (
-            "the log-softmax runs over the batch (dim=0): it must run over the classes (dim=-1)",
-            _loss(q, logits.log_softmax(dim=0)),
-        ),
-        (
-            "you summed the losses of the batch: take their mean, as F.cross_entropy does",
-            want * len(targets),
-        ),
-        (
-            "you averaged over the K classes: sum q_k log p_k over the classes, then average "
-            "over the batch",
-            want / K,
-        ),
-        ("the sign is wrong: the loss is -Σ q_k log p_k, which is positive", -want),
-    ]
+        "you averaged over the K classes: sum q_k log p_k over the classes, then average "
+        "over the batch": want / K,
+        "the sign is wrong: the loss is -Σ q_k log p_k, which is positive": -want,
+    }
 
 
 @checker
 def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
     """Grade a learner's ``fn(logits, targets, smoothing) -> loss``.
 
-    ``logits`` are ``(B, K)``, ``targets`` ``(B,)`` class indices and ``smoothing`` ε; the
-    loss is the mean over the batch of ``-Σ_k q_k log p_k``, with the target
-    ``q_k = (1 - ε)·[k = y] + ε/K`` and ``p = softmax(logits)``: a 0-dimensional tensor,
-    equal to ``F.cross_entropy(logits, targets, label_smoothing=smoothing)``.
+    A 0-dimensional tensor equal to ``F.cross_entropy(logits, targets, label_smoothing=ε)``,
+    with its gradient, and finite on large logits.
 
     Example:
         >>> check_smoothed_cross_entropy(_smoothed_cross_entropy)
@@ -342,13 +325,8 @@ def _check_loss_trains(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
 
 @checker
 def check_no_position_prediction(predicted_wrong: Any) -> None:
-    """Grade a prediction: how many of the 360 test images chapter 6's ablation ViT (16 tokens
-    of 2×2 pixels) gets wrong without any position encoding (variant ``pos-none``), the mean
-    over the five seeds of the committed ``benchmarks/results/digits_ablation.json`` (92.6).
-
-    The same ViT with its learned table gets 44.6 wrong. A prediction within ±15% passes; the
-    usual slips (no change, chance level, an accuracy or a percentage instead of a count of
-    images) are named.
+    """Grade a prediction: the test images (of 360) chapter 6's ablation ViT gets wrong
+    without position encoding, the mean of five seeds in ``digits_ablation.json``; ±15% passes.
 
     Example:
         >>> check_no_position_prediction(90)
@@ -359,29 +337,17 @@ def check_no_position_prediction(predicted_wrong: Any) -> None:
     variants = {v["id"]: v for v in record["variants"]}
     none, learned = variants["pos-none"], variants["pos-learned"]
     actual, images = none["mean_wrong"], record["test_images"]
-    slips = [
-        (
-            "that is the ViT with its learned table: without it the encoder gets a bag of 16 "
-            "patches, and attention and mean pooling give the same output for every order "
-            "of them, so digits made of the same patches in other places look alike",
-            learned["mean_wrong"],
-        ),
-        (
-            f"that is guessing ({images} · 9/10): a bag of 2×2 patches still tells a lot "
-            "about a digit, how much ink and which pieces of strokes it holds",
-            images * 9 / 10,
-        ),
-        (
-            "that is the accuracy in %; the question asks for the number of wrong test "
-            f"images, of {images}",
-            100 * none["mean_accuracy"],
-        ),
-        (
-            f"that is the share of wrong images in %; the question asks for their number, of "
-            f"{images}",
-            100 * (1 - none["mean_accuracy"]),
-        ),
-    ]
+    slips = {
+        "that is the ViT with its learned table: without it the encoder gets a bag of 16 "
+        "patches, and attention and mean pooling give the same output for every order of them, so "
+        "digits made of the same patches in other places look alike": learned["mean_wrong"],
+        f"that is guessing ({images} · 9/10): a bag of 2×2 patches still tells a lot "
+        "about a digit, how much ink and which pieces of strokes it holds": images * 9 / 10,
+        "that is the accuracy in %; the question asks for the number of wrong test "
+        f"images, of {images}": 100 * none["mean_accuracy"],
+        f"that is the share of wrong images in %; the question asks for their number, of "
+        f"{images}": 100 * (1 - none["mean_accuracy"]),
+    }
     grade_prediction(
         "check_no_position_prediction",
         "predicted_wrong",

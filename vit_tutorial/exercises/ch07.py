@@ -15,27 +15,22 @@ from vit_tutorial.attention import MultiHeadSelfAttention
 from vit_tutorial.axial import along_axis, attention_flops, axial_mask
 from vit_tutorial.exercises._common import (
     as_mask,
-    as_number,
     call_safely,
     checker,
     diagnose,
+    expect_number,
     grade_answer,
-    kind_of,
     passed,
 )
 from vit_tutorial.exercises._predictions import grade_prediction
 
-__all__ = [
-    "check_axial_attention",
-    "check_axial_flops_prediction",
-    "check_axial_mask",
-    "check_axial_scores",
-]
+__all__ = ["check_axial_attention", "check_axial_flops_prediction", "check_axial_mask"]
+__all__ += ["check_axial_scores"]
 
 Attend = Callable[[Tensor], Tensor]
 
 
-def _axial_slips(x: Tensor, attend: Attend, axis: str) -> list[tuple[str, Tensor]]:
+def _axial_slips(x: Tensor, attend: Attend, axis: str) -> dict[str, Tensor]:
     """What the usual wrong folds return on the grid ``x`` of shape ``(B, Gh, Gw, D)``."""
     B, gh, gw, D = x.shape
     line = "column" if axis == "height" else "row"
@@ -49,29 +44,21 @@ def _axial_slips(x: Tensor, attend: Attend, axis: str) -> list[tuple[str, Tensor
         f"Move the width axis next to the batch first: rearrange(x, 'b gh gw d -> "
         f"(b gw) gh d'), or x.transpose(1, 2).reshape(...)"
     )
-    return [
-        (
-            f"you attended along the other axis; 'height' means each token attends "
-            f"to the tokens above and below it (its column), 'width' to its row; here each "
-            f"token must see its {line}",
-            other,
-        ),
-        *([(reshaped, folded_by_reshape)] if axis == "height" else []),
-        (
-            "every token attended to the whole grid; axial attention attends along one axis only",
-            full,
-        ),
-    ]
+    return {
+        f"you attended along the other axis; 'height' means each token attends "
+        f"to the tokens above and below it (its column), 'width' to its row; here each "
+        f"token must see its {line}": other,
+        **({reshaped: folded_by_reshape} if axis == "height" else {}),
+        "every token attended to the whole grid; axial attention attends along one axis only": full,
+    }
 
 
 @checker
 def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
     """Grade a learner's ``fn(x, attend, axis) -> out`` on grids ``x`` of shape ``(B, Gh, Gw, D)``.
 
-    ``attend`` maps a batch of sequences ``(B', T, D)`` to ``(B', T, D)`` (for example a
-    :class:`~vit_tutorial.attention.MultiHeadSelfAttention`). ``fn`` must apply it along
-    the columns (``axis='height'``) or the rows (``axis='width'``) of the grid and return
-    the result in the layout of ``x``.
+    ``fn`` applies ``attend`` (``(B', T, D) -> (B', T, D)``) along the columns (``'height'``)
+    or the rows (``'width'``) and returns the result in the layout of ``x``.
 
     Example:
         >>> check_axial_attention(along_axis)
@@ -105,28 +92,19 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
 def _score_slips(gh: int, gw: int) -> list[tuple[str, Any]]:
     """Tests that recognise the usual wrong counts of the scores on a ``Gh × Gw`` grid."""
     n = gh * gw
-    slips = [
-        (
-            "that is N², the cost of full attention: in the height layer each of the N "
-            "tokens scores only the Gh tokens of its column, in the width layer only "
-            "the Gw tokens of its row",
-            n * n,
-        ),
-        ("you counted the height layer only; add the width layer's N·Gw scores", n * gh),
-        ("you counted the width layer only; add the height layer's N·Gh scores", n * gw),
-        ("2·N·√N holds for square grids only; count N·Gh + N·Gw", 2 * n * math.sqrt(n)),
-        (
-            "that is one column plus one row; every column and every row "
-            "attends, N·Gh + N·Gw in all",
-            gh * gh + gw * gw,
-        ),
-        (
-            "that counts the distinct keys a token reaches; but each token "
-            "scores itself in both layers, so the layers compute N·(Gh + Gw)",
-            n * (gh + gw - 1),
-        ),
-    ]
-    return [(why, functools.partial(_within_half, count)) for why, count in slips]
+    slips = {
+        "that is N², the cost of full attention: in the height layer each of the N "
+        "tokens scores only the Gh tokens of its column, in the width layer only "
+        "the Gw tokens of its row": n * n,
+        "you counted the height layer only; add the width layer's N·Gw scores": n * gh,
+        "you counted the width layer only; add the height layer's N·Gh scores": n * gw,
+        "2·N·√N holds for square grids only; count N·Gh + N·Gw": 2 * n * math.sqrt(n),
+        "that is one column plus one row; every column and every row "
+        "attends, N·Gh + N·Gw in all": gh * gh + gw * gw,
+        "that counts the distinct keys a token reaches; but each token "
+        "scores itself in both layers, so the layers compute N·(Gh + Gw)": n * (gh + gw - 1),
+    }
+    return [(why, functools.partial(_within_half, count)) for why, count in slips.items()]
 
 
 def _within_half(count: float, got: float) -> bool:
@@ -145,10 +123,9 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
         Correct! check_axial_scores: N·(Gh + Gw) scores, against N² for full attention.
     """
     for gh, gw in [(3, 7), (4, 4), (16, 9), (1, 10)]:  # the first case tells mistakes apart
-        n, answer = gh * gw, fn(gh, gw)
-        want, got, case = n * (gh + gw), as_number(answer), f"grid {gh}×{gw} (N = {n})"
-        if got is None:
-            raise AssertionError(f"{case}: return a number, got {kind_of(answer)}")
+        n = gh * gw
+        want, case = n * (gh + gw), f"grid {gh}×{gw} (N = {n})"
+        got = expect_number(fn(gh, gw), case)
         if got == want:
             continue
         if why := diagnose(got, _score_slips(gh, gw), ""):
@@ -160,7 +137,7 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
     passed("check_axial_scores", "N·(Gh + Gw) scores, against N² for full attention.")
 
 
-def _mask_slips(grid_size: tuple[int, int], axis: str) -> list[tuple[str, Tensor]]:
+def _mask_slips(grid_size: tuple[int, int], axis: str) -> dict[str, Tensor]:
     """The masks of the usual mistakes on a ``Gh × Gw`` grid."""
     gh, gw = grid_size
     other = "width" if axis == "height" else "height"
@@ -169,34 +146,20 @@ def _mask_slips(grid_size: tuple[int, int], axis: str) -> list[tuple[str, Tensor
     rows, cols = n % gh, n // gh  # the coordinates of token n, numbered column-major
     by_column_major = cols if axis == "height" else rows
     want = axial_mask(grid_size, axis)
-    return [
-        (
-            "the mask is inverted: True must mean 'may attend', for the tokens of the query's own "
-            f"{line}, as attn_bias of MultiHeadSelfAttention reads a boolean mask",
-            ~want,
-        ),
-        (
-            f"that is the {other!r} mask: 'height' lets a token attend to the tokens above "
-            f"and below it (its column, the same column index), 'width' to those beside "
-            f"it (its row); here each token must see its {line}",
-            axial_mask(grid_size, other),
-        ),
-        (
-            f"you numbered the tokens column-major (n = column·Gh + row); the grid is "
-            f"flattened row-major, as PatchEmbedding and reshape do: token n is at row "
-            f"n // Gw and column n % Gw, with Gw = {gw}",
-            by_column_major[:, None] == by_column_major[None, :],
-        ),
-        (
-            "that is the union of both masks (same row or same column), the pattern of "
-            "criss-cross attention; one axial layer attends along one axis only",
-            want | axial_mask(grid_size, other),
-        ),
-        (
-            "every token may attend to every other one: that is full attention",
-            torch.ones_like(want),
-        ),
-    ]
+    return {
+        "the mask is inverted: True must mean 'may attend', for the tokens of the query's own "
+        f"{line}, as attn_bias of MultiHeadSelfAttention reads a boolean mask": ~want,
+        f"that is the {other!r} mask: 'height' lets a token attend to the tokens above "
+        f"and below it (its column, the same column index), 'width' to those beside "
+        f"it (its row); here each token must see its {line}": axial_mask(grid_size, other),
+        f"you numbered the tokens column-major (n = column·Gh + row); the grid is "
+        "flattened row-major, as PatchEmbedding and reshape do: token n is at row n // Gw and "
+        f"column n % Gw, with Gw = {gw}": by_column_major[:, None] == by_column_major[None, :],
+        "that is the union of both masks (same row or same column), the pattern of "
+        "criss-cross attention; one axial layer "
+        "attends along one axis only": want | axial_mask(grid_size, other),
+        "every token may attend to every other one: that is full attention": torch.ones_like(want),
+    }
 
 
 def _mask_shape(what: str, N: int, got: Tensor) -> str:
@@ -229,10 +192,8 @@ _ADDITIVE = (
 def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
     """Grade ``fn(grid_size, axis) -> mask``: who may attend to whom in one axial layer.
 
-    For a ``Gh × Gw`` grid whose ``N = Gh·Gw`` tokens are numbered row-major, ``mask`` has
-    shape ``(N, N)``: ``mask[n, m]`` is ``True`` when query token ``n`` may attend to key
-    token ``m``, that is when both lie in the same column (``axis='height'``) or the same
-    row (``axis='width'``). A boolean tensor, or any tensor of 1s and 0s, is accepted.
+    ``mask`` ``(N, N)``, tokens row-major, is True where query and key share a column
+    (``'height'``) or a row (``'width'``); booleans, or 1s and 0s.
 
     Example:
         >>> check_axial_mask(axial_mask)
@@ -267,11 +228,7 @@ def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
 def check_axial_flops_prediction(predicted_ratio: Any) -> None:
     """Grade a prediction: full attention's FLOPs over axial attention's, ViT-B/16's grid.
 
-    On the 14×14 grid of a ViT-B/16 at 224×224 (``N = 196`` patches, no class token,
-    ``D = 768``), the ratio ``attention_flops(14, 768, 'full') / attention_flops(14, 768,
-    'axial')`` is an exact count: 0.559, so the axial layer costs *more*. A prediction within
-    ±10% passes; the usual slips (counting the scores alone, the projections alone, one set of
-    projections for the axial layer, this chapter's D = 64, the inverse ratio) are named.
+    Exact, ``attention_flops`` on the 14×14 grid at ``D = 768``: 0.559; ±10% passes.
 
     Example:
         >>> check_axial_flops_prediction(0.55)
@@ -281,34 +238,22 @@ def check_axial_flops_prediction(predicted_ratio: Any) -> None:
     grid, dim = 14, 768
     n = grid * grid
     full, axial = (attention_flops(grid, dim, kind) for kind in ("full", "axial"))
-    slips = [
-        (
-            f"you counted the scores alone, N² against N·(Gh + Gw), {n} / {2 * grid}: at "
-            f"D = {dim} the projections dominate, 8·N·D² for full attention and 16·N·D² for "
-            "the axial layer, which has two sets",
-            n / (2 * grid),
+    slips = {
+        f"you counted the scores alone, N² against N·(Gh + Gw), {n} / {2 * grid}: at "
+        f"D = {dim} the projections dominate, 8·N·D² for full attention and 16·N·D² for "
+        "the axial layer, which has two sets": n / (2 * grid),
+        "close: you counted the projections alone, 8·N·D² against 16·N·D²; the scores "
+        "add 4·N²·D to full attention and only 4·N·(Gh + Gw)·D to the axial layer": 0.5,
+        "you gave the axial layer one set of projections; it is a height layer and a "
+        "width layer, each with its own q, k, v and output "
+        "projections: 16·N·D²": full / (8 * n * dim**2 + 4 * n * 2 * grid * dim),
+        f"that is the ratio at D = 64, the width of the chapter's table; a ViT-B/16 has "
+        f"D = {dim}, and the projections grow with D² while the scores grow with D": (
+            attention_flops(grid, 64, "full") / attention_flops(grid, 64, "axial")
         ),
-        (
-            "close: you counted the projections alone, 8·N·D² against 16·N·D²; the scores "
-            "add 4·N²·D to full attention and only 4·N·(Gh + Gw)·D to the axial layer",
-            0.5,
-        ),
-        (
-            "you gave the axial layer one set of projections; it is a height layer and a "
-            "width layer, each with its own q, k, v and output projections: 16·N·D²",
-            full / (8 * n * dim**2 + 4 * n * 2 * grid * dim),
-        ),
-        (
-            f"that is the ratio at D = 64, the width of the chapter's table; a ViT-B/16 has "
-            f"D = {dim}, and the projections grow with D² while the scores grow with D",
-            attention_flops(grid, 64, "full") / attention_flops(grid, 64, "axial"),
-        ),
-        (
-            "that is axial / full; the question asks for full / axial (below 1 when the "
-            "axial layer costs more)",
-            axial / full,
-        ),
-    ]
+        "that is axial / full; the question asks for full / axial (below 1 when the "
+        "axial layer costs more)": axial / full,
+    }
     grade_prediction(
         "check_axial_flops_prediction",
         "predicted_ratio",

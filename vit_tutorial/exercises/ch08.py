@@ -47,7 +47,7 @@ def _distillation_loss(
 
 def _distillation_slips(
     cls_logits: Tensor, dist_logits: Tensor, labels: Tensor, teacher_logits: Tensor, eps: float
-) -> list[tuple[str, Tensor]]:
+) -> dict[str, Any]:
     """The loss that each usual mistake computes."""
     cls, dist, teacher = (t.double() for t in (cls_logits, dist_logits, teacher_logits))
     y, t = labels, teacher.argmax(-1)
@@ -64,39 +64,28 @@ def _distillation_slips(
         "the heads are swapped: the class head (cls_logits) learns the true labels, with "
         "label smoothing; the distillation head (dist_logits) learns the teacher's classes"
     )
-    return [
-        (soft, (class_term + ce(dist, teacher.softmax(-1))) / 2),
-        (soft, (class_term + kl) / 2),
-        (
-            "label smoothing is for the class head only: the distillation head learns the "
-            "teacher's classes unsmoothed, F.cross_entropy(dist_logits, teacher_classes)",
-            (class_term + ce(dist, t, label_smoothing=eps)) / 2,
+    return {
+        soft: [(class_term + ce(dist, teacher.softmax(-1))) / 2, (class_term + kl) / 2],
+        "label smoothing is for the class head only: the distillation head learns the "
+        "teacher's classes unsmoothed, F.cross_entropy(dist_logits, "
+        "teacher_classes)": (class_term + ce(dist, t, label_smoothing=eps)) / 2,
+        "you summed the two terms: the loss is their mean, (class term + distillation "
+        "term) / 2": class_term + dist_term,
+        swapped: [
+            (ce(dist, y, label_smoothing=eps) + ce(cls, t)) / 2,
+            (ce(dist, y) + ce(cls, t, label_smoothing=eps)) / 2,
+        ],
+        "the class term uses the teacher's logits: it must score the student's class "
+        "head, cls_logits, on the true labels; the teacher only gives the distillation "
+        "head its targets": (ce(teacher, y, label_smoothing=eps) + dist_term) / 2,
+        "both heads learn the teacher's classes: the class head learns the true labels": (
+            (ce(cls, t, label_smoothing=eps) + dist_term) / 2
         ),
-        (
-            "you summed the two terms: the loss is their mean, (class term + distillation "
-            "term) / 2",
-            class_term + dist_term,
-        ),
-        (swapped, (ce(dist, y, label_smoothing=eps) + ce(cls, t)) / 2),
-        (swapped, (ce(dist, y) + ce(cls, t, label_smoothing=eps)) / 2),
-        (
-            "the class term uses the teacher's logits: it must score the student's class "
-            "head, cls_logits, on the true labels; the teacher only gives the distillation "
-            "head its targets",
-            (ce(teacher, y, label_smoothing=eps) + dist_term) / 2,
-        ),
-        (
-            "both heads learn the teacher's classes: the class head learns the true labels",
-            (ce(cls, t, label_smoothing=eps) + dist_term) / 2,
-        ),
-        (
-            "both heads learn the true labels: the distillation head learns the teacher's "
-            "classes, teacher_logits.argmax(-1)",
-            (class_term + ce(dist, y)) / 2,
-        ),
-        ("the distillation term is missing: add the distillation head's loss", class_term),
-        ("the class term is missing: add the class head's loss", dist_term),
-    ]
+        "both heads learn the true labels: the distillation head learns the teacher's "
+        "classes, teacher_logits.argmax(-1)": (class_term + ce(dist, y)) / 2,
+        "the distillation term is missing: add the distillation head's loss": class_term,
+        "the class term is missing: add the class head's loss": dist_term,
+    }
 
 
 @checker
@@ -104,13 +93,8 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
     """Grade a learner's ``fn(cls_logits, dist_logits, labels, teacher_logits,
     label_smoothing) -> loss``, DeiT's hard-label distillation loss.
 
-    ``cls_logits`` and ``dist_logits`` are the student's two heads ``(B, K)``, ``labels``
-    the true classes ``(B,)`` and ``teacher_logits`` the teacher's ``(B, K)``. The loss is
-    the mean of the two heads' cross-entropies, a 0-dimensional tensor:
-    ``(CE(cls_logits, labels, label_smoothing) + CE(dist_logits, teacher_classes)) / 2``,
-    with ``teacher_classes = teacher_logits.argmax(-1)`` and no label smoothing on the
-    distillation head, as :class:`~vit_tutorial.losses.HardDistillation` computes it.
-    Inputs come in float32 and in float64.
+    ``(CE(cls_logits, labels, label_smoothing) + CE(dist_logits, teacher_logits.argmax(-1))) / 2``,
+    as :class:`~vit_tutorial.losses.HardDistillation`; inputs in float32 and float64.
 
     Example:
         >>> check_distillation_loss(_distillation_loss)
@@ -243,17 +227,13 @@ def _check_mixup(out: Any, images: Tensor, labels: Tensor, lam: float, K: int, w
         out[1],
         lam * one_hot + (1 - lam) * one_hot.roll(1, 0),
         f"for {where}",
-        [
-            (
-                f"the labels are not mixed: you returned one-hot labels, but mixed image i is "
-                f"lam of image i and 1 - lam of image i - 1, so its label is {_FORMULA}",
-                one_hot,
+        {
+            f"the labels are not mixed: you returned one-hot labels, but mixed image i is "
+            f"lam of image i and 1 - lam of image i - 1, so its label is {_FORMULA}": one_hot,
+            f"1 - lam is on the wrong side of the labels: {_FORMULA}": (
+                (1 - lam) * one_hot + lam * one_hot.roll(1, 0)
             ),
-            (
-                f"1 - lam is on the wrong side of the labels: {_FORMULA}",
-                (1 - lam) * one_hot + lam * one_hot.roll(1, 0),
-            ),
-        ],
+        },
         not_tensor=f"for {where}: the soft labels must be a tensor (B, num_classes), got {{got}}",
         expected=functools.partial(_soft_labels_shape, where, len(labels), K),
         otherwise=lambda got: (
@@ -268,13 +248,9 @@ def _check_mixup(out: Any, images: Tensor, labels: Tensor, lam: float, K: int, w
 def check_mixup(fn: Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]]) -> None:
     """Grade a learner's ``fn(images, labels, lam, num_classes) -> (mixed, soft_labels)``.
 
-    Mixup with a given mixing weight ``lam``, pairing the batch as torchvision's
-    ``v2.MixUp`` does (``torchvision/transforms/v2/_augment.py``): the batch is mixed with
-    itself rolled by one, so image ``i`` with image ``i - 1`` (image 0 with the last),
-    ``mixed = lam·images + (1 - lam)·images.roll(1, 0)``, and its label likewise,
-    ``soft_labels = lam·one_hot(labels) + (1 - lam)·one_hot(labels.roll(1, 0))``, of shape
-    ``(B, num_classes)``. (``v2.MixUp`` draws ``lam`` from a Beta(α, α) distribution once
-    per batch; here it is given.) Images come in float32 and in float64.
+    Mixup as torchvision's ``v2.MixUp`` pairs the batch, with itself rolled by one:
+    ``mixed = lam·images + (1 - lam)·images.roll(1, 0)``, the one-hot labels likewise,
+    ``(B, num_classes)``; images in float32 and float64.
 
     Example:
         >>> check_mixup(_mixup)
@@ -320,22 +296,17 @@ def study_accuracy(model: str, train_size: int) -> float:
 
 @checker
 def check_vit_accuracy_prediction(predicted: Any) -> None:
-    """Grade a prediction of the plain ViT's test accuracy, in %, trained on 1,000 images
-    under chapter 8's step budget: the mean of its 3 seeds in :data:`STUDY`, within ±4% of
-    it (about 3 points). Named slips: a fraction for a percentage, the test error, the
-    accuracy on all 55,000 images, chance."""
+    """Grade a prediction: the plain ViT's test accuracy in %, trained on 1,000 images, the
+    mean of its 3 seeds in :data:`STUDY`; ±4% (about 3 points) passes."""
     actual = study_accuracy("vit", 1000)
     full = study_accuracy("vit", 55_000)
-    slips = [
-        ("write it in percent (74.4 for 74.4%), not as a fraction", actual / 100),
-        ("that is the test error, 100 minus the accuracy: predict the accuracy", 100 - actual),
-        (
-            f"that is about what the ViT reaches with all 55,000 images ({full:.1f}%): with "
-            f"1,000 it loses {full - actual:.0f} points",
-            full,
-        ),
-        ("that is chance, one class in ten: the ViT learns much more than that", 10.0),
-    ]
+    slips = {
+        "write it in percent (74.4 for 74.4%), not as a fraction": actual / 100,
+        "that is the test error, 100 minus the accuracy: predict the accuracy": 100 - actual,
+        f"that is about what the ViT reaches with all 55,000 images ({full:.1f}%): with "
+        f"1,000 it loses {full - actual:.0f} points": full,
+        "that is chance, one class in ten: the ViT learns much more than that": 10.0,
+    }
     grade_prediction(
         "check_vit_accuracy_prediction",
         "predicted_vit_accuracy",

@@ -239,15 +239,10 @@ def _check_computation(model: nn.Module, in_channels: int, num_classes: int, whe
 def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
     """Grade a learner's ``fn(in_channels, num_classes) -> nn.Module``.
 
-    It must return torchvision's ResNet-18, ``torchvision.models.resnet18(num_classes=...)``,
-    with its first convolution ``conv1`` replaced by
-    ``nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)``, and
-    nothing else changed: with the max-pool, that stem takes a 28×28 image to a 7×7 grid.
-    The checker compares the structure (conv1, the max-pool, the head, every parameter's
-    shape) with :func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`'s, runs the model
-    on a batch, then loads its weights into the reference and compares what every layer
-    computes on a seeded batch (a layer replaced, a stride moved, a shortcut dropped are
-    named); the initial weights are free.
+    torchvision's ResNet-18 with ``conv1`` replaced by ``nn.Conv2d(in_channels, 64, 7,
+    stride=2, padding=3, bias=False)``, nothing else changed: compared in structure with
+    :func:`~vit_tutorial.experiments.ch08.resnet18_greyscale`, then layer by layer with its
+    weights loaded into the reference.
 
     Example:
         >>> check_greyscale_resnet(resnet18_greyscale)

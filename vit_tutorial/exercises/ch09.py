@@ -41,7 +41,7 @@ def _normalised(x: Tensor, dims: tuple[int, ...], unbiased: bool = True) -> Tens
     return (x - mean) / (var + 1e-6).sqrt()
 
 
-def _wrong_targets(images: Tensor, p: int) -> list[tuple[str, Tensor]]:
+def _wrong_targets(images: Tensor, p: int) -> dict[str, Tensor | list[Tensor]]:
     """The targets ``(B, N, L)`` that each usual mistake makes, with its explanation."""
     patches = image_to_patches(images, p)  # (B, N, L)
     centred = patches - patches.mean(-1, keepdim=True)
@@ -52,67 +52,54 @@ def _wrong_targets(images: Tensor, p: int) -> list[tuple[str, Tensor]]:
     def cut(pattern: str) -> Tensor:
         return _normalised(rearrange(images, pattern, p1=p, p2=p), (-1,))
 
-    return [
-        (
-            "the per-patch normalisation is missing: the target is each patch minus its "
-            "mean, over sqrt(var + 1e-6), not the raw pixels",
-            patches,
-        ),
-        *[
-            (f"the target is normalised over {over}: {own}", _normalised(patches, dims, unbiased))
+    return {
+        "the per-patch normalisation is missing: the target is each patch minus its "
+        "mean, over sqrt(var + 1e-6), not the raw pixels": patches,
+        **{
+            f"the target is normalised over {over}: {own}": [
+                _normalised(patches, dims, unbiased) for unbiased in (True, False)
+            ]
             for over, dims in [("each whole image", image), ("the whole batch", batch)]
-            for unbiased in (True, False)
-        ],
-        (
-            f"the variance is the biased one (divided by L = {patches.shape[-1]}): MAE, "
-            "like torch.var by default, divides by L - 1 (unbiased=True)",
-            _normalised(patches, (-1,), unbiased=False),
+        },
+        f"the variance is the biased one (divided by L = {patches.shape[-1]}): MAE, "
+        "like torch.var by default, divides by L - 1 "
+        "(unbiased=True)": _normalised(patches, (-1,), unbiased=False),
+        "you divided by the variance: divide by its square root, sqrt(var + 1e-6)": (
+            centred / (patches.var(-1, keepdim=True) + 1e-6)
         ),
-        (
-            "you divided by the variance: divide by its square root, sqrt(var + 1e-6)",
-            centred / (patches.var(-1, keepdim=True) + 1e-6),
+        f"the patches are flattened in (c p1 p2) order: {layout}": cut(
+            "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)"
         ),
-        (
-            f"the patches are flattened in (c p1 p2) order: {layout}",
-            cut("b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)"),
+        f"the patches are numbered column-major: {layout}": cut(
+            "b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)"
         ),
-        (
-            f"the patches are numbered column-major: {layout}",
-            cut("b c (gh p1) (gw p2) -> b (gw gh) (p1 p2 c)"),
-        ),
-    ]
+    }
 
 
-def _loss_slips(pred: Tensor, images: Tensor, mask: Tensor, p: int) -> list[tuple[str, Tensor]]:
+def _loss_slips(pred: Tensor, images: Tensor, mask: Tensor, p: int) -> dict[str, Any]:
     """The loss that each usual mistake computes."""
     pred, images, mask = pred.double(), images.double(), mask.double()
     target = normalized_patches(images, p)
     squared = (pred - target).pow(2)  # (B, N, L)
     hidden = (squared.mean(-1) * mask).sum()
-    return [
-        (
-            "the loss is over all patches: average over the hidden ones only (mask == 1), "
-            "the ones the encoder did not see",
-            squared.mean(),
-        ),
-        (
-            "the loss is over the visible patches: mask is 1.0 on the hidden ones, the "
-            "ones to average over",
-            masked_patch_loss(pred, target, 1 - mask),
-        ),
-        (
-            "you divided by the number of all patches: divide by the number of hidden "
-            "ones, mask.sum()",
-            hidden / mask.numel(),
-        ),
-        (
-            "you summed the squared errors over each patch's pixels: take their mean, the "
-            "per-patch MSE",
-            (squared.sum(-1) * mask).sum() / mask.sum(),
-        ),
-        ("you summed over the hidden patches: divide by their number, mask.sum()", hidden),
-        *[(why, masked_patch_loss(pred, t, mask)) for why, t in _wrong_targets(images, p)],
-    ]
+
+    def loss(wrong: Tensor | list[Tensor]) -> Tensor | list[Tensor]:  # on a slip's targets
+        if isinstance(wrong, list):
+            return [masked_patch_loss(pred, t, mask) for t in wrong]
+        return masked_patch_loss(pred, wrong, mask)
+
+    return {
+        "the loss is over all patches: average over the hidden ones only (mask == 1), "
+        "the ones the encoder did not see": squared.mean(),
+        "the loss is over the visible patches: mask is 1.0 on the hidden ones, the "
+        "ones to average over": masked_patch_loss(pred, target, 1 - mask),
+        "you divided by the number of all patches: divide by the number of hidden "
+        "ones, mask.sum()": hidden / mask.numel(),
+        "you summed the squared errors over each patch's pixels: take their mean, the "
+        "per-patch MSE": (squared.sum(-1) * mask).sum() / mask.sum(),
+        "you summed over the hidden patches: divide by their number, mask.sum()": hidden,
+        **{why: loss(wrong) for why, wrong in _wrong_targets(images, p).items()},
+    }
 
 
 def _loss_case(b: int, c: int, h: int, w: int, p: int, hidden: int, dtype: torch.dtype):
@@ -132,14 +119,9 @@ def _loss_case(b: int, c: int, h: int, w: int, p: int, hidden: int, dtype: torch
 def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
     """Grade a learner's ``fn(pred, images, mask, patch_size) -> loss``, MAE's loss.
 
-    ``pred`` ``(B, N, P·P·C)`` predicts each patch of ``images`` ``(B, C, H, W)``, cut as
-    :func:`~vit_tutorial.patches.image_to_patches` cuts them; ``mask`` ``(B, N)`` is 1.0
-    on the hidden patches. The target of a patch ``p`` is ``(p - mean) / sqrt(var +
-    1e-6)``, its own mean and unbiased variance; the loss is the mean over hidden patches
-    of the per-patch mean squared error, a 0-dimensional tensor, as
+    ``pred`` ``(B, N, P·P·C)``, ``mask`` ``(B, N)`` 1.0 on the hidden patches: the loss equals
     :func:`~vit_tutorial.losses.masked_patch_loss` on
-    :func:`~vit_tutorial.mae.normalized_patches`. Inputs come in float32 and float64; one
-    patch is blank (variance 0).
+    :func:`~vit_tutorial.mae.normalized_patches`; float32 and float64, one patch blank.
 
     Example:
         >>> check_mae_loss(_mae_loss)
@@ -187,42 +169,28 @@ def _decoder_tokens(latent: Tensor, mask_token: Tensor, ids_restore: Tensor) -> 
     return x.gather(1, ids_restore[:, :, None].expand(-1, -1, d))  # original order
 
 
-def _decoder_slips(
-    latent: Tensor, mask_token: Tensor, ids_restore: Tensor
-) -> list[tuple[str, Tensor]]:
+def _decoder_slips(latent: Tensor, mask_token: Tensor, ids_restore: Tensor) -> dict[str, Tensor]:
     """The tokens that each usual mistake makes."""
     b, k, d = latent.shape
     hidden = mask_token.expand(b, ids_restore.shape[1] - k, -1)  # (B, N - N_keep, D')
     index = ids_restore[:, :, None].expand(-1, -1, d)
     shuffled = torch.cat([latent, hidden], dim=1)
     ids_shuffle = ids_restore.argsort(dim=1)
-    return [
-        (
-            "the tokens are left in shuffled order, [visible, hidden]: unshuffle them "
-            "with x.gather(1, ids_restore[..., None].expand(-1, -1, D'))",
-            shuffled,
+    return {
+        "the tokens are left in shuffled order, [visible, hidden]: unshuffle them "
+        "with x.gather(1, ids_restore[..., None].expand(-1, -1, D'))": shuffled,
+        "you unshuffled with ids_shuffle = ids_restore.argsort(dim=1), which shuffles again: "
+        "gather with ids_restore itself": _decoder_tokens(latent, mask_token, ids_shuffle),
+        "you put the mask tokens first: append them after the visible tokens, "
+        "cat([latent, mask_tokens], dim=1), the "
+        "order ids_restore undoes": torch.cat([hidden, latent], dim=1).gather(1, index),
+        "you gathered along the features (dim 2): gather along the tokens, dim 1, "
+        "with the index expanded over the features": shuffled.gather(2, index),
+        "the hidden places hold zeros: fill them with copies of mask_token, "
+        "mask_token.expand(B, N - N_keep, -1)": (
+            _decoder_tokens(latent, torch.zeros_like(mask_token), ids_restore)
         ),
-        (
-            "you unshuffled with ids_shuffle = ids_restore.argsort(dim=1), which "
-            "shuffles again: gather with ids_restore itself",
-            _decoder_tokens(latent, mask_token, ids_shuffle),
-        ),
-        (
-            "you put the mask tokens first: append them after the visible tokens, "
-            "cat([latent, mask_tokens], dim=1), the order ids_restore undoes",
-            torch.cat([hidden, latent], dim=1).gather(1, index),
-        ),
-        (
-            "you gathered along the features (dim 2): gather along the tokens, dim 1, "
-            "with the index expanded over the features",
-            shuffled.gather(2, index),
-        ),
-        (
-            "the hidden places hold zeros: fill them with copies of mask_token, "
-            "mask_token.expand(B, N - N_keep, -1)",
-            _decoder_tokens(latent, torch.zeros_like(mask_token), ids_restore),
-        ),
-    ]
+    }
 
 
 def _decoder_shape(where: str, shape: tuple, got: Any) -> str:
@@ -240,13 +208,9 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
     """Grade a learner's ``fn(latent, mask_token, ids_restore) -> tokens``, the decoder's
     input.
 
-    ``latent`` ``(B, N_keep, D')`` holds the visible tokens in shuffled order, ``mask_token``
-    ``(1, 1, D')`` the learned token shared by all hidden places, and ``ids_restore``
-    ``(B, N)`` the permutation that :func:`~vit_tutorial.mae.random_masking` returned. The
-    answer appends ``N - N_keep`` copies of the mask token to each image's ``latent`` and puts
-    the ``N`` tokens back in the original order with ``ids_restore``, ``(B, N, D')``, as
-    :meth:`~vit_tutorial.mae.MaskedAutoencoder.forward_decoder` does before it adds the
-    positions. Inputs come in float32 and float64.
+    ``latent`` ``(B, N_keep, D')`` and ``N - N_keep`` copies of ``mask_token`` ``(1, 1, D')``,
+    put back in the original order with ``ids_restore`` ``(B, N)``: ``(B, N, D')``, as
+    :meth:`~vit_tutorial.mae.MaskedAutoencoder.forward_decoder`; float32 and float64.
 
     Example:
         >>> check_decoder_tokens(_decoder_tokens)
@@ -304,17 +268,15 @@ def finetuned_accuracy(start: str, per_class: int = 100) -> float:
 
 @checker
 def check_mae_gain_prediction(predicted: Any) -> None:
-    """Grade a prediction of what MAE pre-training adds, in points of test accuracy, to the
-    ViT fine-tuned with 100 labelled images per class, over the same ViT from scratch: the
-    difference of the means of 3 seeds in :data:`PRETRAINING`, within ±30% of it. Named
-    slips: a fraction for points, the accuracy for the gain, the wrong sign."""
+    """Grade a prediction: the points MAE pre-training adds to the ViT fine-tuned on 100
+    images per class, over scratch, by the 3-seed means of :data:`PRETRAINING`; ±30% passes."""
     mae, scratch = finetuned_accuracy("mae"), finetuned_accuracy("scratch")
     gain = mae - scratch
-    slips = [
-        (f"give it in points ({gain:.1f}), not as a fraction", gain / 100),
-        (f"that is the accuracy of the pre-trained ViT ({mae:.1f}%): predict its lead", mae),
-        ("that is the sign the other way: the pre-trained start is ahead", -gain),
-    ]
+    slips = {
+        f"give it in points ({gain:.1f}), not as a fraction": gain / 100,
+        f"that is the accuracy of the pre-trained ViT ({mae:.1f}%): predict its lead": mae,
+        "that is the sign the other way: the pre-trained start is ahead": -gain,
+    }
     grade_prediction(
         "check_mae_gain_prediction",
         "predicted_mae_gain",

@@ -13,9 +13,9 @@ from torch import Tensor
 from vit_tutorial.exercises._common import (
     call_safely,
     checker,
-    close,
     dtype_name,
     expect_tensor,
+    grade_answer,
     passed,
     shape_of,
 )
@@ -120,20 +120,16 @@ def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) ->
     want = torch.ones(len(positions), n, dtype=torch.float64)
     for b, kept in enumerate(positions):
         want[b, kept] = 0.0
-    if close(mask, want, atol=0.0):
-        return
     keep = len(positions[0])
     shuffled = torch.cat([torch.zeros(keep), torch.ones(n - keep)]).expand_as(want)
-    if close(mask, 1 - want, atol=0.0):
-        hint = "the mask is inverted: 1.0 marks a hidden token, 0.0 a visible one"
-    elif close(mask, shuffled, atol=0.0):
-        hint = (
-            "the mask is in shuffled order (its first N_keep entries are 0): put it back in the "
-            "original order with mask.gather(1, ids_restore), so that mask[b, n] is about token n"
-        )
-    else:
-        hint = "mask[b, n] must be 0.0 where token n was kept, 1.0 where it was hidden"
-    raise AssertionError(f"for {where}: {hint}")
+    slips = {
+        "the mask is inverted: 1.0 marks a hidden token, 0.0 a visible one": 1 - want,
+        "the mask is in shuffled order (its first N_keep entries are 0): put it back in the "
+        "original order with mask.gather(1, ids_restore), so that mask[b, n] is about "
+        "token n": shuffled,
+    }
+    hint = "mask[b, n] must be 0.0 where token n was kept, 1.0 where it was hidden"
+    grade_answer(mask, want, f"for {where}", slips, expected="", otherwise=hint, atol=0.0)
 
 
 def _check_ids_restore(ids: Tensor, positions: list[list[int]], n: int, where: str) -> None:
@@ -188,12 +184,9 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
     """Grade a learner's ``fn(tokens, mask_ratio, generator) -> (visible, mask,
     ids_restore)``, MAE's per-image random masking.
 
-    ``tokens`` are ``(B, N, D)``. Each image keeps ``N_keep = int(N·(1 - mask_ratio))`` of its
-    tokens (MAE's count, as :func:`~vit_tutorial.mae.random_masking`), a random
-    subset of its own drawn from ``generator``: ``visible`` is ``(B, N_keep, D)``; ``mask`` is
-    ``(B, N)`` in the original order, 1.0 where the token is hidden; ``ids_restore``
-    ``(B, N)`` puts ``cat([visible, hidden], dim=1)`` back in the original order. The
-    kept tokens may come in any order that ``ids_restore`` undoes.
+    Each image keeps ``int(N·(1 - mask_ratio))`` of its ``(B, N, D)`` tokens, drawn from
+    ``generator``; ``mask`` ``(B, N)`` is 1.0 where hidden, and ``ids_restore`` ``(B, N)`` puts
+    ``cat([visible, hidden], dim=1)`` back in order.
 
     Example:
         >>> from vit_tutorial.mae import random_masking

@@ -24,43 +24,30 @@ from vit_tutorial.exercises._common import (
 from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.windows import relative_position_index, shifted_window_mask, window_partition
 
-__all__ = [
-    "check_window_partition",
-    "check_shift_mask",
-    "check_window_relative_index",
-    "check_window_flops_prediction",
-]
+__all__ = ["check_window_partition", "check_shift_mask", "check_window_relative_index"]
+__all__ += ["check_window_flops_prediction"]
 
 
-def _partition_slips(x: Tensor, M: int) -> list[tuple[str, Tensor]]:
+def _partition_slips(x: Tensor, M: int) -> dict[str, Tensor]:
     """What the usual wrong partitions of the grid ``x`` ``(B, H, W, C)`` return."""
     C = x.shape[-1]
     pattern = "b (nh m1) (nw m2) c -> {}"
-    return [
-        (
-            "x.reshape(-1, M·M, C) cuts the row-major grid into runs of M·M consecutive "
-            "tokens, pieces of rows, not windows. Split each axis into (windows, M), move the "
-            "two window axes before the two in-window axes, then flatten: rearrange(x, "
-            "'b (nh m1) (nw m2) c -> (b nh nw) (m1 m2) c'), or view, permute(0, 1, 3, 2, 4, "
-            "5), reshape, as the official code does",
-            x.reshape(-1, M * M, C),
-        ),
-        (
-            "your windows come column by column; window_reverse and the shift mask number "
-            "them row-major, along the top row of windows first: (b nh nw), not (b nw nh)",
-            rearrange(x, pattern.format("(b nw nh) (m1 m2) c"), m1=M, m2=M),
-        ),
-        (
-            "inside each window your tokens are column-major; the relative index numbers "
-            "them row-major, token i at row i // M and column i % M: (m1 m2), not (m2 m1)",
-            rearrange(x, pattern.format("(b nh nw) (m2 m1) c"), m1=M, m2=M),
-        ),
-        (
-            "the batch must be the outer axis: window w of image b is row b·nW + w, "
-            "(b nh nw), so that a mask of nW windows repeats for every image",
-            rearrange(x, pattern.format("(nh nw b) (m1 m2) c"), m1=M, m2=M),
-        ),
-    ]
+    return {
+        "x.reshape(-1, M·M, C) cuts the row-major grid into runs of M·M consecutive "
+        "tokens, pieces of rows, not windows. Split each axis into (windows, M), move the "
+        "two window axes before the two in-window axes, then flatten: rearrange(x, "
+        "'b (nh m1) (nw m2) c -> (b nh nw) (m1 m2) c'), or view, permute(0, 1, 3, 2, 4, "
+        "5), reshape, as the official code does": x.reshape(-1, M * M, C),
+        "your windows come column by column; window_reverse and the shift mask number "
+        "them row-major, along the top row of windows first: "
+        "(b nh nw), not (b nw nh)": rearrange(x, pattern.format("(b nw nh) (m1 m2) c"), m1=M, m2=M),
+        "inside each window your tokens are column-major; the relative index numbers "
+        "them row-major, token i at row i // M and column i % M: "
+        "(m1 m2), not (m2 m1)": rearrange(x, pattern.format("(b nh nw) (m2 m1) c"), m1=M, m2=M),
+        "the batch must be the outer axis: window w of image b is row b·nW + w, "
+        "(b nh nw), so that a mask of nW windows "
+        "repeats for every image": rearrange(x, pattern.format("(nh nw b) (m1 m2) c"), m1=M, m2=M),
+    }
 
 
 def _partition_shape(what: str, want: Tensor, got: Any) -> str:
@@ -78,8 +65,7 @@ def _partition_shape(what: str, want: Tensor, got: Any) -> str:
 def check_window_partition(fn: Callable[[Tensor, int], Tensor]) -> None:
     """Grade ``fn(x, window_size) -> windows``: a grid ``(B, H, W, C)`` cut into M×M windows.
 
-    ``windows`` has shape ``(B·nW, M·M, C)``: the windows of image 0 first, each image's
-    windows row-major over the window grid, the tokens row-major inside each window, as
+    ``(B·nW, M·M, C)``, image by image, windows and their tokens row-major, as
     :func:`~vit_tutorial.windows.window_partition` and the official code order them.
 
     Example:
@@ -119,37 +105,26 @@ def _regions(height: int, width: int, M: int, first: tuple[int, int]) -> Tensor:
     return window_partition(grid, M)[..., 0]
 
 
-def _mask_slips(height: int, width: int, M: int, s: int) -> list[tuple[str, Tensor]]:
+def _mask_slips(height: int, width: int, M: int, s: int) -> dict[str, Tensor]:
     """Masks ``(nW, M², M²)`` of the usual mistakes, each with its explanation."""
     want = shifted_window_mask(height, width, M, s)
     first = _regions(height, width, M, (s, s))
-    return [
-        (
-            "every entry is True: without a mask, a window at the bottom or the right "
-            "attends across the wrap, between tokens from opposite edges of the image",
-            torch.ones_like(want),
+    return {
+        "every entry is True: without a mask, a window at the bottom or the right attends across "
+        "the wrap, between tokens from opposite edges of the image": torch.ones_like(want),
+        "the mask is inverted: True must mean 'may attend', for two tokens of the same "
+        "region (the official code puts -100 where the labels differ)": ~want,
+        f"you separated the first {s} rows and columns: that is where the wrapped "
+        f"tokens were before the roll, or where a roll the other way, by +s, puts "
+        f"them. After torch.roll(x, (-s, -s)), up and left as Swin rolls, they are "
+        f"the last s: rows and columns from H - s on": first[:, :, None] == first[:, None, :],
+        "you separated the wrapped rows only; the columns wrap too": (
+            shifted_window_mask(height, width, M, (s, 0))
         ),
-        (
-            "the mask is inverted: True must mean 'may attend', for two tokens of the same "
-            "region (the official code puts -100 where the labels differ)",
-            ~want,
+        "you separated the wrapped columns only; the rows wrap too": (
+            shifted_window_mask(height, width, M, (0, s))
         ),
-        (
-            f"you separated the first {s} rows and columns: that is where the wrapped "
-            f"tokens were before the roll, or where a roll the other way, by +s, puts "
-            f"them. After torch.roll(x, (-s, -s)), up and left as Swin rolls, they are "
-            f"the last s: rows and columns from H - s on",
-            first[:, :, None] == first[:, None, :],
-        ),
-        (
-            "you separated the wrapped rows only; the columns wrap too",
-            shifted_window_mask(height, width, M, (s, 0)),
-        ),
-        (
-            "you separated the wrapped columns only; the rows wrap too",
-            shifted_window_mask(height, width, M, (0, s)),
-        ),
-    ]
+    }
 
 
 def _mask_shape(what: str, shape: tuple[int, ...], got: Tensor) -> str:
@@ -183,10 +158,8 @@ _ADDITIVE = (
 def check_shift_mask(fn: Callable[[int, int, int, int], Tensor]) -> None:
     """Grade ``fn(height, width, window_size, shift_size) -> mask``: SW-MSA's mask.
 
-    The grid ``height × width`` is rolled by ``(-s, -s)`` (up and left) and cut into M×M
-    windows, row-major; ``mask`` ``(nW, M², M²)`` is ``True`` where query ``i`` and key ``j``
-    of window ``w`` were neighbours before the roll, in the same region of the official
-    code's ``img_mask``. Boolean, or 1/0.
+    ``(nW, M², M²)``, True where two tokens of a window of the grid rolled by ``(-s, -s)``
+    lie in the same region of the official code's ``img_mask``; booleans, or 1/0.
 
     Example:
         >>> check_shift_mask(shifted_window_mask)
@@ -220,42 +193,27 @@ def _offsets(M: int) -> tuple[Tensor, Tensor]:
     return r[:, None] - r[None, :], c[:, None] - c[None, :]
 
 
-def _index_slips(M: int) -> list[tuple[str, Tensor]]:
+def _index_slips(M: int) -> dict[str, Tensor]:
     """The indices of the usual mistakes."""
     dr, dc = _offsets(M)
     n = torch.arange(M * M)
-    return [
-        (
-            f"you multiplied the row by 2M + 1 = {2 * M + 1}; a shifted column offset takes 2M - 1 "
-            f"= {2 * M - 1} values (from 0 to 2M - 2), and the table has (2M - 1)² rows",
-            (dr + M - 1) * (2 * M + 1) + dc + M - 1,
+    return {
+        f"you multiplied the row by 2M + 1 = {2 * M + 1}; a shifted column offset takes 2M - 1 "
+        f"= {2 * M - 1} values (from 0 to 2M - 2), and the "
+        "table has (2M - 1)² rows": (dr + M - 1) * (2 * M + 1) + dc + M - 1,
+        f"you multiplied the row by M = {M}; a shifted column offset takes 2M - 1 = "
+        f"{2 * M - 1} values, so offsets that differ share an entry": (dr + M - 1) * M + dc + M - 1,
+        "you forgot to add M - 1 to the offsets: they run from -(M - 1) to M - 1, and "
+        "a negative index reads the table from its end": dr * (2 * M - 1) + dc,
+        "that is key minus query: a valid one-to-one index, but the official code and "
+        "timm compute query minus key (coords[:, :, None] - coords[:, None, :]), and a "
+        "pretrained table is laid out for it": (-dr + M - 1) * (2 * M - 1) - dc + M - 1,
+        "you swapped rows and columns: the row offset is the one multiplied by 2M - 1": (
+            (dc + M - 1) * (2 * M - 1) + dr + M - 1
         ),
-        (
-            f"you multiplied the row by M = {M}; a shifted column offset takes 2M - 1 = "
-            f"{2 * M - 1} values, so offsets that differ share an entry",
-            (dr + M - 1) * M + dc + M - 1,
-        ),
-        (
-            "you forgot to add M - 1 to the offsets: they run from -(M - 1) to M - 1, and "
-            "a negative index reads the table from its end",
-            dr * (2 * M - 1) + dc,
-        ),
-        (
-            "that is key minus query: a valid one-to-one index, but the official code and "
-            "timm compute query minus key (coords[:, :, None] - coords[:, None, :]), and a "
-            "pretrained table is laid out for it",
-            (-dr + M - 1) * (2 * M - 1) - dc + M - 1,
-        ),
-        (
-            "you swapped rows and columns: the row offset is the one multiplied by 2M - 1",
-            (dc + M - 1) * (2 * M - 1) + dr + M - 1,
-        ),
-        (
-            "that is the offset n - m of the flattened tokens, which mixes rows and "
-            "columns; use the 2D offset (row, column)",
-            n[:, None] - n[None, :] + M * M - 1,
-        ),
-    ]
+        "that is the offset n - m of the flattened tokens, which mixes rows and "
+        "columns; use the 2D offset (row, column)": n[:, None] - n[None, :] + M * M - 1,
+    }
 
 
 def _wrong_entry(M: int, want: Tensor, got: Tensor) -> str:
@@ -320,10 +278,7 @@ def _fraction(side: int, C: int, M: int) -> float:
 def check_window_flops_prediction(predicted_fraction: Any) -> None:
     """Grade a prediction: W-MSA's FLOPs as a fraction of global MSA's, Swin-T's first stage.
 
-    On a 56×56 grid of width C = 96 with 7×7 windows, Ω(W-MSA) / Ω(MSA) by the paper's
-    equations 1 and 2 is ``(4C + 2M²) / (4C + 2hw)`` = 482 / 6656: about 0.0724. A
-    prediction within ±10% passes; the usual slips (the scores alone, the projections alone,
-    the inverse, M for M², the side for hw, the chapter's table at C = 64) are named.
+    By the paper's equations 1 and 2, ``(4C + 2M²) / (4C + 2hw)`` = 482 / 6656; ±10% passes.
 
     Example:
         >>> check_window_flops_prediction(0.07)
@@ -332,32 +287,21 @@ def check_window_flops_prediction(predicted_fraction: Any) -> None:
     """
     side, C, M = 56, 96, 7
     hw, actual = side * side, _fraction(side, C, M)
-    slips = [
-        (
-            f"you compared the scores alone, M²/hw = {M * M}/{hw}: the projections, "
-            f"4hwC², are the same in both and dominate W-MSA at C = {C}",
-            M * M / hw,
+    slips = {
+        f"you compared the scores alone, M²/hw = {M * M}/{hw}: the projections, "
+        f"4hwC², are the same in both and dominate W-MSA at C = {C}": M * M / hw,
+        "that is MSA / W-MSA; the question asks for the fraction W-MSA / MSA": 1 / actual,
+        f"that is the fraction at C = 64, the width of the chapter's table; Swin-T's "
+        f"first stage has C = {C}": _fraction(side, 64, M),
+        "you wrote M for M²: a window holds M² = 49 tokens, and each scores all of them": (
+            (4 * C + 2 * M) / (4 * C + 2 * hw)
         ),
-        ("that is MSA / W-MSA; the question asks for the fraction W-MSA / MSA", 1 / actual),
-        (
-            f"that is the fraction at C = 64, the width of the chapter's table; Swin-T's "
-            f"first stage has C = {C}",
-            _fraction(side, 64, M),
+        f"you put the side of the grid, {side}, for hw; the grid holds hw = {hw} tokens": (
+            (4 * C + 2 * M * M) / (4 * C + 2 * side)
         ),
-        (
-            "you wrote M for M²: a window holds M² = 49 tokens, and each scores all of them",
-            (4 * C + 2 * M) / (4 * C + 2 * hw),
-        ),
-        (
-            f"you put the side of the grid, {side}, for hw; the grid holds hw = {hw} tokens",
-            (4 * C + 2 * M * M) / (4 * C + 2 * side),
-        ),
-        (
-            "you counted the projections alone (4hwC² in both, a fraction of 1); the "
-            "scores add 2(hw)²C to global MSA and only 2M²hwC to W-MSA",
-            1.0,
-        ),
-    ]
+        "you counted the projections alone (4hwC² in both, a fraction of 1); the "
+        "scores add 2(hw)²C to global MSA and only 2M²hwC to W-MSA": 1.0,
+    }
     grade_prediction(
         "check_window_flops_prediction",
         "predicted_fraction",
