@@ -131,6 +131,14 @@ def test_read_log_skips_an_unfinished_last_line_and_names_a_bad_one(tmp_path):
         read_log(log)
 
 
+def test_a_run_after_an_unfinished_line_starts_a_line_of_its_own(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"key": "job-a", "name": "a"}\n{"key": "job-b", "na')  # b was killed
+    with pytest.warns(UserWarning, match="unfinished last line"):
+        run_study([Job("a"), Job("b")], work, log)
+    assert [row["key"] for row in lines(log)] == ["job-a", "job-b"]  # the fragment is gone
+
+
 def test_plan_refuses_two_different_runs_of_one_key():
     with pytest.raises(ValueError, match="two different runs have the key 'job-a'"):
         plan([Job("a"), Job("a", fail=True)], {})

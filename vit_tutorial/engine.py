@@ -293,7 +293,8 @@ def fit(
         ValueError: an empty loader, a checkpoint path that is a folder or in a file, a checkpoint
             trained with other settings, ``eval_every`` without ``val_loader`` or under 1, or a
             hyperparameter out of range (:class:`FitSettings`).
-        TypeError: both ``settings`` and keywords, or ``compile`` or ``progress`` not a bool.
+        TypeError: both ``settings`` and keywords, ``compile`` or ``progress`` not a bool, or
+            ``eval_every`` not an integer.
     """
     if settings is None:
         settings = FitSettings(**hyperparameters)

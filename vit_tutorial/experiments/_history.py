@@ -36,9 +36,10 @@ NAMES["vit_rel"] = "ViT, relative bias"
 
 def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
     """The optimiser steps after which a run of ``steps`` records a point of its learning
-    curve, about ``points`` of them: every ``eval_every = ⌈steps / points⌉`` steps
+    curve, at most ``points`` of them: every ``eval_every = ⌈steps / points⌉`` steps
     (:func:`eval_every`), and the last step (every step when there are fewer). A point may
-    fall inside an epoch.
+    fall inside an epoch; the last gap may be shorter, and a run of fewer than ``2 · points``
+    steps gets fewer points (``history_steps(14)`` has 7).
 
     Example:
         >>> history_steps(5590)[:3], history_steps(3)  # 55,000 images: 430 steps an epoch
@@ -52,7 +53,7 @@ def history_steps(steps: int, points: int = HISTORY_POINTS) -> list[int]:
 
 def eval_every(steps: int, points: int = HISTORY_POINTS) -> int:
     """The ``eval_every`` of :func:`~vit_tutorial.engine.fit` that gives a run of ``steps``
-    about ``points`` points (:func:`history_steps`): ``⌈steps / points⌉``, at least 1."""
+    at most ``points`` points (:func:`history_steps`): ``⌈steps / points⌉``, at least 1."""
     steps, points = check_int("steps", steps), check_int("points", points)
     return math.ceil(steps / points)
 

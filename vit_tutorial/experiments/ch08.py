@@ -14,9 +14,10 @@ the ViT in parameters, with a sixth fewer FLOPs (:func:`resnet8_greyscale`). The
 (:data:`AUGMENTATIONS`) are ``torchvision.transforms.v2``'s.
 
 Each run records its learning curve (``history``, scored by ``fit`` every ``eval_every``
-steps: at about :data:`HISTORY_POINTS` steps spread evenly over the run, the step, the mean
-training loss since the previous point and the validation accuracy); :func:`plot_learning_curves` draws the curves of several runs, the models side by
-side (both from :mod:`vit_tutorial.experiments._history`). The study's runs made before
+steps: at most :data:`HISTORY_POINTS` steps spread over the run, the step, the mean training
+loss since the previous point and the validation accuracy); :func:`plot_learning_curves`
+draws the curves of several runs, the models side by side (both from
+:mod:`vit_tutorial.experiments._history`). The study's runs made before
 histories were recorded have none.
 
 Example:
@@ -300,10 +301,10 @@ def run(
     ``spec``'s fields, ``test_accuracy``, ``val_accuracy``, ``epochs``, ``train_seconds``... A
     distilled run learns from ``teacher`` (:class:`~vit_tutorial.losses.HardDistillation`);
     ``save_to`` gets the weights' checkpoint (a later run's teacher: :func:`load_teacher`).
-    ``history`` is the learning curve at about ``history_points`` steps spread evenly over the
-    run (:func:`history_steps`): ``fit`` scores the validation split every so many steps
+    ``history`` is the learning curve at at most ``history_points`` steps spread over the run
+    (:func:`history_steps`): ``fit`` scores the validation split every so many steps
     (``eval_every``), which changes no weight; ``history_seconds`` is that scoring's time,
-    left out of ``train_seconds``. Chapter 11 passes ``build`` (its model, drawn after the
+    left out of ``train_seconds``, and ``eval_seconds`` the test set's. Chapter 11 passes ``build`` (its model, drawn after the
     seed) and ``probe`` (``probe(model, data)``: measures of the trained model, added)."""
     if spec.distilled and teacher is None:
         raise ValueError(f"run {spec.key} is distilled: pass its teacher ({spec.teacher.key})")

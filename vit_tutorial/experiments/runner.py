@@ -110,11 +110,12 @@ def plan(
     after: Callable[[Run], Sequence[Run]] | None = None,
     stands: Callable[[Run, dict[str, dict]], bool] | None = None,
 ) -> list[Run]:
-    """The runs to do, given the logged ``rows``: those of ``runs`` that are not logged or no
-    longer stand, the prerequisites they need that are not logged or no longer stand, and the
-    runs of ``runs`` whose prerequisites run again. Prerequisites come first, then the rest in
-    the order given (see the module's docstring for ``after`` and ``stands``); ``ValueError``
-    for runs that wait on each other."""
+    """The runs to do, given the logged ``rows``: those of ``runs`` that are not logged, the
+    prerequisites they need that are not logged, the logged ones of either that ``stands``
+    rejects (it is asked only of runs that are or have prerequisites), and the runs of
+    ``runs`` whose prerequisites run again. Prerequisites come first, then the rest in the
+    order given (see the module's docstring); ``ValueError`` for runs that wait on each other
+    and for two different runs of one key (the same run named twice runs once)."""
     after, stands = after or _nothing, stands or _always
     wanted = {}
     for run in runs:
@@ -191,12 +192,13 @@ def run_study(
 ) -> dict[str, dict]:
     """Run the ``runs`` that ``log`` lacks (:func:`plan`), ``processes`` at a time, each in a
     spawned worker process with one torch thread; every run of ``log`` by key, after.
-
     ``work(run)`` trains one run and returns its row (a dict of JSON values); it must be
     picklable (a module's function, or a :func:`functools.partial` of one). Each finished row
     gets the run's ``key`` and ``code`` (:func:`code_version`) and is appended to ``log`` as it
-    comes, then printed (``key: report(row)``). A worker's error (or a dead worker) stops new
-    runs; those in flight finish and are logged, then the first error is raised here."""
+    comes, then printed (``key: report(row)``). A worker's error stops new runs; those in
+    flight finish and are logged, then the error is raised here. A worker process that dies
+    (killed for memory, say) breaks the pool: the runs in flight fail unlogged, and
+    ``BrokenProcessPool`` is raised."""
     processes, after = check_int("processes", processes), after or _nothing
     runs, log = list(runs), Path(log)
     rows = read_log(log)
@@ -207,6 +209,7 @@ def run_study(
         return rows
     code, pending, errors = code_version(), {run.key for run in todo}, []
     log.parent.mkdir(parents=True, exist_ok=True)
+    _drop_unfinished_line(log)
     context, workers = multiprocessing.get_context("spawn"), min(processes, len(todo))
     with (
         log.open("a") as out,
@@ -224,21 +227,38 @@ def run_study(
             finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in finished:
                 run = in_flight.pop(future)
-                try:
-                    row = _row(run, future.result(), code)
-                    line = json.dumps(row)
-                except Exception as error:  # the worker's, a dead worker's, or a row's
-                    errors.append(error)
-                    print(f"{run.key}: failed ({type(error).__name__}: {error})", flush=True)
-                    continue
-                out.write(line + "\n")  # one write: processes may share the log
-                out.flush()
-                rows[run.key] = row
-                pending.discard(run.key)
-                print(f"{run.key}: {report(row)}", flush=True)
+                if row := _log_row(run, future, code, out, errors):
+                    rows[run.key] = row
+                    pending.discard(run.key)
+                    print(f"{run.key}: {report(row)}", flush=True)
     if errors:
         raise errors[0]
     return rows
+
+
+def _log_row(run: Run, future: Future, code: dict, out: Any, errors: list) -> dict | None:
+    """The finished ``run``'s row, appended to the log ``out``; ``None``, its error appended to
+    ``errors``, when the worker (or the row) failed."""
+    try:
+        row = _row(run, future.result(), code)
+        line = json.dumps(row)
+    except Exception as error:  # the worker's, a dead worker's, or a row's
+        errors.append(error)
+        print(f"{run.key}: failed ({type(error).__name__}: {error})", flush=True)
+        return None
+    out.write(line + "\n")  # one write: processes may share the log
+    out.flush()
+    return row
+
+
+def _drop_unfinished_line(log: Path) -> None:
+    """Cut an unfinished last line off ``log`` (a run killed while writing it, which
+    :func:`read_log` skipped and which runs again), so that the next row starts a line."""
+    if log.exists() and log.stat().st_size:
+        text = log.read_bytes()
+        if not text.endswith(b"\n"):
+            with log.open("rb+") as file:
+                file.truncate(text.rfind(b"\n") + 1)
 
 
 def _next(todo: list[Run], pending: set[str], after: Callable) -> Run | None:
