@@ -35,6 +35,7 @@ _PREFIX = "AssertionError: "  # what a chapter prints before the message
 _KEEP_TOGETHER = re.compile(r"\([^()]{1,30}\)|(?<![A-Za-z])'[^']{1,40}'")
 _GLUE = "\0"  # stands for a space that must not break while textwrap runs
 F = TypeVar("F", bound=Callable[..., None])
+_RUNNING: list[str] = []  # the checkers running, the innermost last, as passed() names them
 
 
 def wrap(text: str, first_line_taken: int = 0) -> str:
@@ -69,7 +70,8 @@ def checker(fn: F) -> F:
     """Decorate a ``check_*`` function: no trace on the random state, wrapped messages.
 
     It runs inside :func:`torch.random.fork_rng` with a fixed seed; an :class:`AssertionError`
-    is wrapped after ``"AssertionError: "``; a stub prints :data:`NOT_ATTEMPTED` and returns.
+    is wrapped after ``"AssertionError: "``; a stub prints :data:`NOT_ATTEMPTED` and returns;
+    :func:`passed` names it.
 
     Example:
         >>> @checker
@@ -85,29 +87,21 @@ def checker(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         with torch.random.fork_rng():
             torch.manual_seed(0)
+            _RUNNING.append(fn.__name__)
             try:
                 return fn(*args, **kwargs)
             except (NotImplementedError, AssertionError) as error:
-                if _is_stub(error):
-                    print(NOT_ATTEMPTED.format(name=_answer_name(args, kwargs)))
+                # a stub raises NotImplementedError; call_safely raises an AssertionError from it
+                if any(isinstance(e, NotImplementedError) for e in (error, error.__cause__)):
+                    answer = args[0] if args else next(iter(kwargs.values()), None)
+                    print(NOT_ATTEMPTED.format(name=getattr(answer, "__name__", "your function")))
                     return None
                 error.args = (wrap(str(error), len(_PREFIX)),)
                 raise
+            finally:
+                _RUNNING.pop()
 
     return wrapper  # type: ignore[return-value]
-
-
-def _is_stub(error: BaseException) -> bool:
-    """True when ``error`` is, or was raised from, a :class:`NotImplementedError`."""
-    return isinstance(error, NotImplementedError) or isinstance(
-        error.__cause__, NotImplementedError
-    )
-
-
-def _answer_name(args: tuple, kwargs: dict) -> str:
-    """The name of the learner's function: the checker's first argument."""
-    answer = args[0] if args else next(iter(kwargs.values()), None)
-    return getattr(answer, "__name__", "your function")
 
 
 def call_safely(
@@ -151,11 +145,8 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
     """True when ``a`` and ``b`` have the same shape and values within ``atol``, compared in
     float64, so that an answer in another floating dtype than the reference is judged by its
     values."""
-    if a.shape != b.shape:
-        return False
-    return torch.allclose(
-        a.detach().to(torch.float64), b.detach().to(torch.float64), atol=atol, rtol=0.0
-    )
+    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    return a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=0.0)
 
 
 Slips = Mapping[str, Any] | Iterable[tuple[str, Any]]
@@ -192,6 +183,13 @@ def diagnose(got: Any, slips: Slips, otherwise: str, atol: float = 1e-5) -> str:
     """
     with torch.no_grad():
         return next((why for why, wrong in rows(slips) if _is(got, wrong, atol)), otherwise)
+
+
+def refuse(wrong: Mapping[str, bool], what: str = "") -> None:
+    """Raise an AssertionError (after ``what`` and a colon, if given) with the first explanation
+    in ``wrong``, ``{explanation: whether the answer is that slip}``, whose condition holds."""
+    if why := next((why for why, holds in wrong.items() if holds), None):
+        raise AssertionError(f"{what}: {why}" if what else why)
 
 
 def gap(got: Tensor, want: Tensor) -> float:
@@ -232,7 +230,7 @@ def grade_answer(
     what: str,
     slips: Slips | Callable[[], Slips] = (),
     *,
-    expected: Message,
+    expected: Message = "",
     otherwise: Message,
     not_tensor: Message | None = None,
     atol: float = 1e-5,
@@ -240,9 +238,10 @@ def grade_answer(
     """Grade an answer ``got`` against ``want``: a tensor, or a count or a shape.
 
     Another type or shape fails with ``expected`` (:func:`expect_tensor`; a count or a shape
-    unless equal). Values within ``atol`` of ``want`` pass (:func:`close`; ``atol=0``: exact);
-    others fail with ``what``, a colon, and the explanation of the first of ``slips`` (or of
-    ``slips()``) that ``got`` is, else ``otherwise`` (:data:`Message`).
+    unless equal; leave it out where the shape is checked already). Values within ``atol`` of
+    ``want`` pass (:func:`close`; ``atol=0``: exact); others fail with ``what``, a colon, and
+    the explanation of the first of ``slips`` (or of ``slips()``) that ``got`` is, else
+    ``otherwise`` (:data:`Message`).
 
     Example:
         >>> slips = [("you doubled it", torch.tensor([2.0, 4.0]))]
@@ -354,9 +353,10 @@ def shape_of(value: Any) -> Any:
     return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
 
 
-def passed(name: str, detail: str) -> None:
-    """Print the confirmation a learner sees when a checker passes, wrapped to the page."""
-    print(wrap(f"Correct! {name}: {detail}"))
+def passed(detail: str, name: str = "") -> None:
+    """Print the confirmation a learner sees when a checker passes, wrapped to the page, naming
+    ``name`` or else the :func:`checker` running."""
+    print(wrap(f"Correct! {name or _RUNNING[-1]}: {detail}"))
 
 
 def as_number(value: Any) -> int | float | None:

@@ -63,7 +63,7 @@ def grade_prediction(
     shown = f"you predicted {_number(predicted)} {what}; measured: {_number(actual)}"
     shown += f" ({source})." if source else "."
     if agrees(predicted):
-        passed(name, shown)
+        passed(shown, name)
         return
     if tolerance == "sign":
         margin = "the right sign"

@@ -80,7 +80,7 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None
             otherwise="output differs from softmax(Q Kᵀ / √d) V by up to {diff}; check the "
             "head split 'b t (h d) -> b h t d' and the merge",
         )
-    passed("check_attention", f"matches the reference on {len(cases)} cases (1 to 8 heads).")
+    passed(f"matches the reference on {len(cases)} cases (1 to 8 heads).")
 
 
 def _random_mask(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
@@ -199,10 +199,7 @@ def check_masked_attention(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
             "to {diff}",
         )
     _check_fully_masked_row(fn, generator)
-    passed(
-        "check_masked_attention",
-        f"matches the reference on {len(cases) + 1} cases, a query that sees no key included.",
-    )
+    passed(f"matches the reference on {len(cases) + 1} cases, a query that sees no key included.")
 
 
 # Float32 rounding of scores near 1000 (an ulp is 6e-5) reaches 1e-4 in a correct answer
@@ -282,10 +279,7 @@ def check_stable_softmax(fn: Callable[[Tensor, int], Tensor]) -> None:
             "exp(x - max) / sum, both the max and the sum along dim with keepdim=True.",
             atol=_SOFTMAX_ATOL,
         )
-    passed(
-        "check_stable_softmax",
-        f"matches torch.softmax on {len(cases)} cases, scores near ±1000 and -inf included.",
-    )
+    passed(f"matches torch.softmax on {len(cases)} cases, scores near ±1000 and -inf included.")
 
 
 def _weights_mib(image_size: int, heads: bool = True, class_token: bool = True) -> float:

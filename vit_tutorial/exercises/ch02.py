@@ -98,10 +98,7 @@ def check_image_to_patches(fn: Callable[[Tensor, int | tuple[int, int]], Tensor]
             "'b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)'",
             atol=0.0,
         )
-    passed(
-        "check_image_to_patches",
-        f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).",
-    )
+    passed(f"row-major patches, (p1 p2 c) order, on {len(cases)} cases (square and non-square).")
 
 
 @checker
@@ -139,14 +136,10 @@ def check_patch_embedding(fn: Callable[[nn.Conv2d], Tensor]) -> None:
             want,
             "",
             [flattened],
-            expected="",
             otherwise=f"{what}: patches @ W.T + b differs from the conv by up to {{diff}}; "
             "check the order of p1, p2 and c",
         )
-    passed(
-        "check_patch_embedding",
-        f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.",
-    )
+    passed(f"image_to_patches(x) @ W.T + b equals the conv on {len(cases)} cases.")
 
 
 def _image_slips(
@@ -210,10 +203,7 @@ def check_patches_to_image(
             "'b (gh gw) (p1 p2 c) -> b c (gh p1) (gw p2)'.",
             atol=0.0,
         )
-    passed(
-        "check_patches_to_image",
-        f"gives the images back exactly on {len(cases)} cases (square and non-square).",
-    )
+    passed(f"gives the images back exactly on {len(cases)} cases (square and non-square).")
 
 
 @checker

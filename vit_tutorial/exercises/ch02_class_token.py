@@ -191,7 +191,6 @@ def check_class_token_and_position(fn: Callable[[int, int], nn.Module]) -> None:
         for batch in (2, 3):
             _grade_forward(module, torch.randn(batch, N, D, generator=generator), cls, pos, what)
     passed(
-        "check_class_token_and_position",
         "one class token in front for any batch size, then the (1, N + 1, D) table added, "
-        "on 2 sizes; gradients reach both.",
+        "on 2 sizes; gradients reach both."
     )

@@ -94,7 +94,7 @@ def check_sinusoidal_2d(fn: Callable[[tuple[int, int], int], Tensor]) -> None:
             otherwise="differs from sinusoidal_2d by up to {diff}; check the frequencies "
             "10000^(-2i/(D/2)) of each half",
         )
-    passed("check_sinusoidal_2d", "3 grids (14×14 with D=768, and non-square), both axes encoded.")
+    passed("3 grids (14×14 with D=768, and non-square), both axes encoded.")
 
 
 def _column_major_offsets(grid_size: tuple[int, int]) -> Tensor:
@@ -182,10 +182,7 @@ def check_relative_position_index(fn: Callable[[tuple[int, int]], Tensor]) -> No
         _check_one_entry_per_offset(index, (gh, gw), what)
         # Entries lie in [0, size) and no entry serves two offsets, so by pigeonhole each of the
         # (2Gh-1)(2Gw-1) offsets has exactly one entry: the index is translation invariant.
-    passed(
-        "check_relative_position_index",
-        "one entry per 2D offset on 3 grids (square and non-square).",
-    )
+    passed("one entry per 2D offset on 3 grids (square and non-square).")
 
 
 # How a (Gh·Gw, D) table becomes a (1, D, Gh, Gw) image for F.interpolate, and back.
@@ -306,10 +303,7 @@ def check_resize_table(fn: Callable[[Tensor, tuple[int, int], tuple[int, int]], 
             "(1, D, Gh, Gw), resize with mode='bicubic', align_corners=False and "
             "antialias=True, and flatten it back row-major",
         )
-    passed(
-        "check_resize_table",
-        "3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.",
-    )
+    passed("3 resizes (shrinking, growing, 14×14 to 24×24) match resize_pos_embed.")
 
 
 @checker

@@ -120,10 +120,7 @@ def check_drop_path(fn: Callable[[Tensor, float, bool], Tensor]) -> None:
         )
     if not close(got[kept], x[kept] / (1 - p)):
         raise AssertionError(f"the kept samples must equal x / (1 - p) = x / {1 - p}")
-    passed(
-        "check_drop_path",
-        "whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.",
-    )
+    passed("whole samples dropped at rate p, survivors scaled by 1/(1-p), identity at eval.")
 
 
 def _block_slips(block: EncoderBlock, x: Tensor) -> dict[str, Tensor]:
@@ -183,7 +180,7 @@ def check_block_forward(fn: Callable[[EncoderBlock, Tensor], Tensor]) -> None:
             expected=f"fn must return a tensor of the input's shape {(B, T, D)}",
             otherwise="the output differs from x = x + attn(norm1(x)); x = x + mlp(norm2(x))",
         )
-    passed("check_block_forward", f"pre-norm block matches on {len(cases)} cases.")
+    passed(f"pre-norm block matches on {len(cases)} cases.")
 
 
 _BIASED = "x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1)"
@@ -273,7 +270,7 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> N
             otherwise="the output differs from F.layer_norm(x, (D,), weight, bias, eps); "
             "compute weight·(x - mean)/sqrt(var + eps) + bias per token, over the last axis",
         )
-    passed("check_layer_norm", "3 cases, small variances included, match F.layer_norm.")
+    passed("3 cases, small variances included, match F.layer_norm.")
 
 
 @checker

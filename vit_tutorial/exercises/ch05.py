@@ -18,6 +18,7 @@ from vit_tutorial.exercises._common import (
     expect_number,
     grade_tensor,
     passed,
+    refuse,
 )
 from vit_tutorial.exercises._predictions import grade_prediction
 from vit_tutorial.vit import PRESETS, VisionTransformer, ViTConfig, vit_flops
@@ -124,18 +125,13 @@ def check_param_count(fn: Callable[[ViTConfig], int]) -> None:
     for c in cases:
         what = f"dim={c.dim}, depth={c.depth}"
         want, got = _count(c), expect_number(call_safely(fn, (c,), what), what, "the parameters")
-        if got == want:
-            continue
-        where = (
-            f"image_size={c.image_size}, patch_size={c.patch_size}, dim={c.dim}, "
-            f"depth={c.depth}, mlp_ratio={c.mlp_ratio}, num_classes={c.num_classes}"
-        )
-        explanation = _explain(fn, cases, c)
-        raise AssertionError(
-            f"for {where} you get {got:,}, the model has {want:,} ({got - want:+,}): {explanation}"
-        )
+        if got != want:
+            keys = ("image_size", "patch_size", "dim", "depth", "mlp_ratio", "num_classes")
+            where = ", ".join(f"{key}={getattr(c, key)}" for key in keys)
+            off = f"you get {got:,}, the model has {want:,} ({got - want:+,})"
+            raise AssertionError(f"for {where} {off}: {_explain(fn, cases, c)}")
     sizes = f"from {min(map(_count, cases)) / 1e6:.1f}M to {max(map(_count, cases)) / 1e6:.1f}M"
-    passed("check_param_count", f"exact on {len(cases)} configs, {sizes} parameters.")
+    passed(f"exact on {len(cases)} configs, {sizes} parameters.")
 
 
 def _reference(model: VisionTransformer, images: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -208,29 +204,21 @@ def check_predict(fn: Callable[[VisionTransformer, Tensor, int], tuple[Tensor, T
         logits = model(images)  # eval mode, left by _reference
     got, modes = _call_in_training_mode(fn, model, images, k)
     got_p, got_i = _check_top_k(got, k)
-    if any(modes):  # restoring the mode afterwards, as training.predict does, is fine
-        raise AssertionError(
-            "the model ran in training mode: call model.eval() first, or "
-            "dropout and drop path make the predictions random"
-        )
-    if got_p.requires_grad:
-        raise AssertionError(
-            "the result carries an autograd graph: run the model inside "
-            "torch.no_grad() (or torch.inference_mode()) to save memory and time"
-        )
-    if close(got_p, logits.topk(k, dim=-1).values, atol=1e-5):
-        raise AssertionError("these are logits, not probabilities: apply softmax(dim=-1) first")
-    if close(got_p, logits.softmax(dim=0).topk(k, dim=-1).values, atol=1e-5):
-        raise AssertionError(
-            "the softmax runs over the batch (dim=0): it must run over the "
-            "classes (dim=-1), so each image's probabilities sum to 1"
-        )
-    if not (close(got_p, want_p, atol=1e-5) and torch.equal(got_i, want_i)):
-        raise AssertionError(
-            "the top-k probabilities or classes differ from "
-            "model(images).softmax(-1).topk(k) in eval mode"
-        )
-    passed("check_predict", f"eval mode, no autograd graph, softmax over the classes, top {k}.")
+    slips = {  # restoring the mode afterwards, as training.predict does, is fine
+        "the model ran in training mode: call model.eval() first, or dropout and drop path make "
+        "the predictions random": any(modes),
+        "the result carries an autograd graph: run the model inside torch.no_grad() (or "
+        "torch.inference_mode()) to save memory and time": got_p.requires_grad,
+        "these are logits, not probabilities: apply softmax(dim=-1) first": close(
+            got_p, logits.topk(k, dim=-1).values
+        ),
+        "the softmax runs over the batch (dim=0): it must run over the classes (dim=-1), so "
+        "each image's probabilities sum to 1": close(got_p, logits.softmax(0).topk(k).values),
+        "the top-k probabilities or classes differ from model(images).softmax(-1).topk(k) in "
+        "eval mode": not (close(got_p, want_p) and torch.equal(got_i, want_i)),
+    }
+    refuse(slips)
+    passed(f"eval mode, no autograd graph, softmax over the classes, top {k}.")
 
 
 def _pool(tokens: Tensor, pool: str, num_prefix_tokens: int) -> Tensor:
@@ -323,9 +311,7 @@ def check_pooling(fn: Callable[[Tensor, str, int], Tensor]) -> None:
             if pool == "cls"
             else f"pool='mean' is tokens[:, num_prefix_tokens:].mean(dim=1), here tokens[:, {k}:]",
         )
-    passed(
-        "check_pooling", f"the class token, or the mean of the patch tokens, on {len(cases)} cases."
-    )
+    passed(f"the class token, or the mean of the patch tokens, on {len(cases)} cases.")
 
 
 @checker

@@ -21,6 +21,7 @@ from vit_tutorial.exercises._common import (
     expect_number,
     grade_loss,
     passed,
+    refuse,
     scalar_loss,
 )
 from vit_tutorial.exercises._predictions import grade_prediction
@@ -93,10 +94,7 @@ def check_lr_schedule(fn: Callable[[int, float, int, int], float]) -> None:
             if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
                 hint = diagnose(got, _schedule_slips(t, lr, w, S), _FORMULAS)
                 raise AssertionError(f"{where}: got {got:.6g}, want {want:.6g}; {hint}.")
-    passed(
-        "check_lr_schedule",
-        "matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.",
-    )
+    passed("matches torch's LinearLR + CosineAnnealingLR at every step of 3 schedules.")
 
 
 def _as_groups(groups: Any) -> list[dict]:
@@ -143,22 +141,19 @@ def _models() -> list[VisionTransformer]:
 
 def _check_partition(model: nn.Module, groups: list[dict]) -> None:
     """Check that ``groups`` hold every parameter once, each group with its ``weight_decay``."""
-    if not all("weight_decay" in g for g in groups):
-        raise AssertionError(
-            "give every group its 'weight_decay': a group without one takes "
-            "the optimiser's default (0.01 for AdamW), not 0"
-        )
     seen = [id(p) for g in groups for p in g["params"]]
-    if len(seen) != len(set(seen)):
-        raise AssertionError("a parameter is in two groups; each must be in exactly one")
     missing = {n for n, p in model.named_parameters() if id(p) not in set(seen)}
-    if missing:
-        raise AssertionError(f"parameters missing from every group: {sorted(missing)}")
     rates = {g.get("weight_decay") for g in groups if g.get("weight_decay", 0) > 0}
-    if rates - {0.05}:
-        raise AssertionError(
-            f"the decayed group must use the weight_decay argument (0.05), got {sorted(rates)}"
-        )
+    slips = {
+        "give every group its 'weight_decay': a group without one takes the optimiser's default "
+        "(0.01 for AdamW), not 0": not all("weight_decay" in g for g in groups),
+        "a parameter is in two groups; each must be in exactly one": len(seen) != len(set(seen)),
+        f"parameters missing from every group: {sorted(missing)}": bool(missing),
+        f"the decayed group must use the weight_decay argument (0.05), got {sorted(rates)}": bool(
+            rates - {0.05}
+        ),
+    }
+    refuse(slips)
 
 
 def _diagnose_decay(model: nn.Module, decayed: set[str], want_decayed: set[str]) -> str:
@@ -205,7 +200,7 @@ def check_param_groups(fn: Callable[[nn.Module, float], Iterable[dict]]) -> None
         want_decayed = _names(model, param_groups(model, 0.05))
         if decayed != want_decayed:
             raise AssertionError(_diagnose_decay(model, decayed, want_decayed))
-    passed("check_param_groups", f"{len(models)} models, every parameter in the right group.")
+    passed(f"{len(models)} models, every parameter in the right group.")
 
 
 _PER_IMAGE = "take their mean over the batch, a single number"
@@ -286,9 +281,8 @@ def check_smoothed_cross_entropy(fn: Callable[[Tensor, Tensor, float], Tensor]) 
         )
     _check_loss_trains(fn)
     passed(
-        "check_smoothed_cross_entropy",
         f"equal to torch's F.cross_entropy with label_smoothing, on {len(cases)} cases, "
-        "its gradient too, and finite on large logits.",
+        "its gradient too, and finite on large logits."
     )
 
 

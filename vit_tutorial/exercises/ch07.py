@@ -86,7 +86,7 @@ def check_axial_attention(fn: Callable[[Tensor, Attend, str], Tensor]) -> None:
             otherwise="the output differs from the reference by up to {diff}; check that the "
             "fold and the unfold are inverse patterns (same order of b and the folded axis)",
         )
-    passed("check_axial_attention", f"matches the reference on {len(cases)} grids, square and not.")
+    passed(f"matches the reference on {len(cases)} grids, square and not.")
 
 
 def _score_slips(gh: int, gw: int) -> list[tuple[str, Any]]:
@@ -134,7 +134,7 @@ def check_axial_scores(fn: Callable[[int, int], int]) -> None:
             f"{case}: got {got}, expected {want} (height layer N·Gh = {n * gh}, "
             f"width layer N·Gw = {n * gw})"
         )
-    passed("check_axial_scores", "N·(Gh + Gw) scores, against N² for full attention.")
+    passed("N·(Gh + Gw) scores, against N² for full attention.")
 
 
 def _mask_slips(grid_size: tuple[int, int], axis: str) -> dict[str, Tensor]:
@@ -217,11 +217,10 @@ def check_axial_mask(fn: Callable[[tuple[int, int], str], Tensor]) -> None:
             want,
             what,
             functools.partial(_mask_slips, (gh, gw), axis),
-            expected="",
             otherwise=functools.partial(_wrong_entries, want, gw),
             atol=0.0,
         )
-    passed("check_axial_mask", f"same as axial_mask on {len(grids)} grids and both axes.")
+    passed(f"same as axial_mask on {len(grids)} grids and both axes.")
 
 
 @checker

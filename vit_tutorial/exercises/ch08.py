@@ -123,10 +123,7 @@ def check_distillation_loss(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float]
             otherwise="compare with DeiT's formula: (CE(cls_logits, labels, smoothing) + "
             "CE(dist_logits, teacher_logits.argmax(-1))) / 2",
         )
-    passed(
-        "check_distillation_loss",
-        f"DeiT's hard-label distillation loss, on {len(cases)} cases (float32 and float64).",
-    )
+    passed(f"DeiT's hard-label distillation loss, on {len(cases)} cases (float32 and float64).")
 
 
 _FORMULA = "lam·one_hot(labels) + (1 - lam)·one_hot(labels.roll(1, 0))"
@@ -271,9 +268,8 @@ def check_mixup(fn: Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]
         out = call_safely(fn, (images.clone(), labels.clone(), lam, K), where)
         _check_mixup(out, images, labels, lam, K, where)
     passed(
-        "check_mixup",
         "images and labels mixed as torchvision's v2.MixUp mixes them, on "
-        f"{len(cases)} batches (float32 and float64).",
+        f"{len(cases)} batches (float32 and float64)."
     )
 
 

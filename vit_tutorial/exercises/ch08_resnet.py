@@ -12,7 +12,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vit_tutorial.exercises._common import call_safely, checker, close, expect_tensor, passed
+from vit_tutorial.exercises._common import (
+    call_safely,
+    checker,
+    close,
+    expect_tensor,
+    passed,
+    refuse,
+)
 from vit_tutorial.experiments.ch08 import resnet18_greyscale
 
 __all__ = ["check_greyscale_resnet"]
@@ -45,51 +52,32 @@ def _check_stem(model: nn.Module, in_channels: int, where: str) -> None:
             f"for {where}: model.conv1 must be one nn.Conv2d, got {type(conv).__name__}; replace "
             "it by nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)"
         )
-    if conv.in_channels != in_channels:
-        still_rgb = "still " if conv.in_channels == 3 else ""
-        raise AssertionError(
-            f"for {where}: conv1 {still_rgb}takes {conv.in_channels} channels, but conv1 must "
-            f"take in_channels = {in_channels}: replace model.conv1 by nn.Conv2d(in_channels, "
-            "64, kernel_size=7, stride=2, padding=3, bias=False); repeating a grey image "
-            "three times to fit an RGB conv1 is not what is asked"
-        )
-    if conv.out_channels != 64:
-        raise AssertionError(
-            f"for {where}: conv1 makes {conv.out_channels} channels; it must make 64, the "
-            "channels that bn1 and layer1 expect"
-        )
-    kernel, stride = _pair(conv.kernel_size), _pair(conv.stride)
-    if kernel != (7, 7) or stride != (2, 2):
-        grid = _grid(conv, model.maxpool)
-        yours = f" (yours gives {grid}×{grid})" if grid not in (None, 7) else ""
-        raise AssertionError(
-            f"for {where}: conv1 is a {kernel[0]}×{kernel[1]} convolution of stride "
-            f"{stride[0]}: the stem must stay torchvision's 7×7 convolution of stride 2 "
-            f"(padding 3), so that it and the max-pool take a 28×28 image to a 7×7 "
-            f"grid{yours}, the ViT's grid of 4×4-pixel patches"
-        )
-    if conv.padding != (3, 3):
-        raise AssertionError(
-            f"for {where}: conv1 has padding={conv.padding}; torchvision's 7×7 stem pads by "
-            "3, which takes a 28×28 image to 14×14 (then 7×7 after the max-pool)"
-        )
-    if _pair(conv.dilation) != (1, 1):
-        span, grid = 6 * conv.dilation[0] + 1, _grid(conv, model.maxpool)
-        raise AssertionError(
-            f"for {where}: conv1 is dilated (dilation={conv.dilation}): its 7×7 taps spread "
-            f"over {span}×{span} pixels, and with the max-pool it takes a 28×28 image to a "
-            f"{grid}×{grid} grid, not 7×7; build it without dilation, as torchvision does"
-        )
-    if conv.padding_mode != "zeros":
-        raise AssertionError(
-            f"for {where}: conv1 pads with padding_mode={conv.padding_mode!r}; torchvision's "
-            "stem pads with zeros (the default, padding_mode='zeros')"
-        )
-    if conv.bias is not None:
-        raise AssertionError(
-            f"for {where}: conv1 has a bias: build it with bias=False, as torchvision does; the "
-            "BatchNorm right after it (bn1) adds its own shift β, which makes a bias redundant"
-        )
+    kernel, stride, grid = _pair(conv.kernel_size), _pair(conv.stride), _grid(conv, model.maxpool)
+    yours = f" (yours gives {grid}×{grid})" if grid not in (None, 7) else ""
+    span, rgb = 6 * _pair(conv.dilation)[0] + 1, "still " if conv.in_channels == 3 else ""
+    slips = {
+        f"conv1 {rgb}takes {conv.in_channels} channels, but conv1 must take in_channels = "
+        f"{in_channels}: replace model.conv1 by nn.Conv2d(in_channels, 64, kernel_size=7, "
+        "stride=2, padding=3, bias=False); repeating a grey image three times to fit an RGB "
+        "conv1 is not what is asked": conv.in_channels != in_channels,
+        f"conv1 makes {conv.out_channels} channels; it must make 64, the channels that bn1 and "
+        "layer1 expect": conv.out_channels != 64,
+        f"conv1 is a {kernel[0]}×{kernel[1]} convolution of stride {stride[0]}: the stem must "
+        "stay torchvision's 7×7 convolution of stride 2 (padding 3), so that it and the max-pool "
+        f"take a 28×28 image to a 7×7 grid{yours}, the ViT's grid of 4×4-pixel patches": (
+            kernel != (7, 7) or stride != (2, 2)
+        ),
+        f"conv1 has padding={conv.padding}; torchvision's 7×7 stem pads by 3, which takes a "
+        "28×28 image to 14×14 (then 7×7 after the max-pool)": conv.padding != (3, 3),
+        f"conv1 is dilated (dilation={conv.dilation}): its 7×7 taps spread over {span}×{span} "
+        f"pixels, and with the max-pool it takes a 28×28 image to a {grid}×{grid} grid, not "
+        "7×7; build it without dilation, as torchvision does": _pair(conv.dilation) != (1, 1),
+        f"conv1 pads with padding_mode={conv.padding_mode!r}; torchvision's stem pads with "
+        "zeros (the default, padding_mode='zeros')": conv.padding_mode != "zeros",
+        "conv1 has a bias: build it with bias=False, as torchvision does; the BatchNorm right "
+        "after it (bn1) adds its own shift β, which makes a bias redundant": conv.bias is not None,
+    }
+    refuse(slips, f"for {where}")
     _check_pool(model, where)
 
 
@@ -103,14 +91,11 @@ def _check_pool(model: nn.Module, where: str) -> None:
             f"{type(pool).__name__}): keep torchvision's 3×3 max-pool of stride 2; with the "
             f"7×7 stride-2 conv1 it takes a 28×28 image to a 7×7 grid (yours: {grid}×{grid})"
         )
-    if (_pair(pool.kernel_size), _pair(pool.stride), _pair(pool.padding)) != (
-        (3, 3),
-        (2, 2),
-        (1, 1),
-    ):
+    sizes = (_pair(pool.kernel_size), _pair(pool.stride), _pair(pool.padding))
+    if sizes != ((3, 3), (2, 2), (1, 1)):
         raise AssertionError(
-            f"for {where}: the max-pool must stay torchvision's: kernel 3, stride 2, padding "
-            "1; only conv1 changes"
+            f"for {where}: the max-pool must stay torchvision's: kernel 3, stride 2, padding 1; "
+            "only conv1 changes"
         )
 
 
@@ -123,8 +108,7 @@ def _check_head(model: nn.Module, num_classes: int, where: str) -> None:
         )
     if fc.out_features == num_classes:
         return
-    imagenet = ", ImageNet's classes," if fc.out_features == 1000 else ","
-    still = "still " if fc.out_features == 1000 else ""
+    still, imagenet = ("still ", ", ImageNet's classes,") if fc.out_features == 1000 else ("", ",")
     raise AssertionError(
         f"for {where}: the head fc {still}has {fc.out_features} outputs{imagenet} not "
         f"num_classes = {num_classes}: build the model with resnet18(num_classes=num_classes), "
@@ -284,7 +268,6 @@ def check_greyscale_resnet(fn: Callable[[int, int], nn.Module]) -> None:
         _check_computation(model, in_channels, num_classes, where)
         counts.append(sum(p.numel() for p in model.parameters()))
     passed(
-        "check_greyscale_resnet",
         "torchvision's ResNet-18 with a 7×7 stride-2 conv1 of 1 and 3 channels; "
-        f"{counts[0]:,} parameters for 1 channel and 10 classes.",
+        f"{counts[0]:,} parameters for 1 channel and 10 classes."
     )

@@ -149,9 +149,8 @@ def check_mae_loss(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
             "eps under the square root: (p - mean) / sqrt(var + 1e-6)",
         )
     passed(
-        "check_mae_loss",
         "the mean squared error on the hidden patches, each normalised by its own mean and "
-        f"variance, on {len(cases)} cases (float32 and float64).",
+        f"variance, on {len(cases)} cases (float32 and float64)."
     )
 
 
@@ -243,9 +242,8 @@ def check_decoder_tokens(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None
         )
         one_passed |= b == 1
     passed(
-        "check_decoder_tokens",
         "the visible tokens and N - N_keep mask tokens, back in the original order, on "
-        f"{len(cases)} cases (float32 and float64).",
+        f"{len(cases)} cases (float32 and float64)."
     )
 
 

@@ -17,6 +17,7 @@ from vit_tutorial.exercises._common import (
     expect_tensor,
     grade_answer,
     passed,
+    refuse,
     shape_of,
 )
 from vit_tutorial.mae import num_visible
@@ -96,18 +97,18 @@ def _check_random_choice(positions: list[list[int]], n: int, where: str) -> None
     b, keep = len(positions), len(positions[0])
     if keep == n:
         return
-    if all(sorted(p) == list(range(keep)) for p in positions):
-        raise AssertionError(
-            f"for {where}: you keep the first N_keep = {keep} tokens of every image; keep a "
-            "random subset instead: the N_keep tokens with the smallest of B×N uniform noises"
-        )
+    first = all(sorted(p) == list(range(keep)) for p in positions)
+    same = all(sorted(p) == sorted(positions[0]) for p in positions)
     chance = math.comb(n, keep) ** (b - 1)  # 1 in `chance` to draw one subset for all
-    if chance >= 10**6 and all(sorted(p) == sorted(positions[0]) for p in positions):
-        raise AssertionError(
-            f"for {where}: every image hides the same tokens, the same mask for the whole "
-            "batch: draw the noise with shape (B, N), one row per image, so that each "
-            "image gets its own random subset"
-        )
+    slips = {
+        f"you keep the first N_keep = {keep} tokens of every image; keep a random subset instead: "
+        "the N_keep tokens with the smallest of B×N uniform noises": first,
+        "every image hides the same tokens, the same mask for the whole batch: draw the noise with "
+        "shape (B, N), one row per image, so that each image gets its own random subset": (
+            chance >= 10**6 and same
+        ),
+    }
+    refuse(slips, f"for {where}")
 
 
 def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) -> None:
@@ -129,7 +130,7 @@ def _check_mask(mask: Tensor, positions: list[list[int]], n: int, where: str) ->
         "token n": shuffled,
     }
     hint = "mask[b, n] must be 0.0 where token n was kept, 1.0 where it was hidden"
-    grade_answer(mask, want, f"for {where}", slips, expected="", otherwise=hint, atol=0.0)
+    grade_answer(mask, want, f"for {where}", slips, otherwise=hint, atol=0.0)
 
 
 def _check_ids_restore(ids: Tensor, positions: list[list[int]], n: int, where: str) -> None:
@@ -166,17 +167,15 @@ def _check_generator(fn: Callable) -> None:
         call_safely(fn, (tokens.clone(), ratio, torch.Generator().manual_seed(s)), where)[1]
         for s in (7, 7, 8)
     ]
-    if not torch.equal(masks[0], masks[1]):
-        raise AssertionError(
-            f"for {where}: two calls with generators of the same seed hid different "
-            "tokens: draw the noise from the generator passed in, torch.rand(B, N, "
-            "generator=generator), not from torch's global one"
-        )
-    if torch.equal(masks[0], masks[2]):
-        raise AssertionError(
-            f"for {where}: two calls with generators of different seeds hid the same "
-            "tokens: draw new noise from the generator passed in on every call"
-        )
+    slips = {
+        "two calls with generators of the same seed hid different tokens: draw the noise from the "
+        "generator passed in, torch.rand(B, N, generator=generator), not from torch's global one": (
+            not torch.equal(masks[0], masks[1])
+        ),
+        "two calls with generators of different seeds hid the same tokens: draw new noise from the "
+        "generator passed in on every call": torch.equal(masks[0], masks[2]),
+    }
+    refuse(slips, f"for {where}")
 
 
 @checker
@@ -216,7 +215,6 @@ def check_random_masking(fn: Callable[[Tensor, float, torch.Generator], tuple]) 
         _check_ids_restore(ids_restore, positions, n, where)
     _check_generator(fn)
     passed(
-        "check_random_masking",
         "N_keep = int(N·(1 - mask_ratio)) tokens kept, a random subset for each image and seed, "
-        f"mask and ids_restore in the original order, on {len(cases)} cases.",
+        f"mask and ids_restore in the original order, on {len(cases)} cases."
     )

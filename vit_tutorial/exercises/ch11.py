@@ -171,9 +171,8 @@ def check_prefix_to_grid(fn: Callable[[Tensor, int, tuple[int, int]], Tensor]) -
         otherwise = f"cell [b, :, i, j] is patch token i·Gw + j, tokens[b, {p} + i·{grid[1]} + j]"
         _grade(what, got, _prefix_to_grid(tokens, p, grid), _grid_slips(tokens, p, grid), otherwise)
     passed(
-        "check_prefix_to_grid",
         "every prefix token dropped, the patches row-major, channels first, with "
-        f"{', '.join(str(c[1]) for c in cases[:-1])} and {cases[-1][1]} prefix tokens.",
+        f"{', '.join(str(c[1]) for c in cases[:-1])} and {cases[-1][1]} prefix tokens."
     )
 
 
@@ -222,9 +221,8 @@ def check_layer_scale_parameters(fn: Callable[[int, int], int]) -> None:
         got = call_safely(fn, (D, L), what)
         _grade(what, got, want, slips, "count the γ vectors, and the numbers in each")
     passed(
-        "check_layer_scale_parameters",
         f"exact on {len(counts)} configs, {counts[1]:,} for ViT-S (dim=384, depth=12), as the "
-        "model counts them.",
+        "model counts them."
     )
 
 
@@ -323,10 +321,7 @@ def check_map_head_shapes(fn: Callable[[int, int, int, int], Mapping[str, tuple]
         want, slips = _map_shapes(B, T, D, h), _map_slips(B, T, D, h)
         for name, meaning in _MEANING.items():
             _grade(f"{what}, {name!r}", got[name], want[name], slips[name], f"{name}: {meaning}")
-    passed(
-        "check_map_head_shapes",
-        f"one learned query per head attends over the T tokens, on {len(cases)} cases.",
-    )
+    passed(f"one learned query per head attends over the T tokens, on {len(cases)} cases.")
 
 
 def _largest_qk_norm_logit(head_dim: int, scale: float) -> tuple[float, float]:
