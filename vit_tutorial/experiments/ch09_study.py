@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vit_tutorial.engine import resolve_device
 from vit_tutorial.experiments import ch09
 from vit_tutorial.experiments.runner import run_study, spread
 from vit_tutorial.files import sha256, write_atomically
@@ -285,7 +286,7 @@ def seed_specs(seeds: Iterable[int], epochs: int = 10, quick: bool = False) -> l
 
 def _where(device: str) -> dict:
     """The device and precision a run used (each line carries them)."""
-    cuda = str(device).startswith("cuda") or device == "auto" and torch.cuda.is_available()
+    cuda = resolve_device(device).type == "cuda"
     return {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "amp": "bf16 autocast" if cuda else "none (float32)",
